@@ -1,0 +1,66 @@
+# Two commands do all the set-up on a fresh machine (see README.md):
+#   make serve   # virtual environment + pinned packages + front-end assets, then a live-reload preview
+#   make test    # the same set-up, then every check and test (browser tests need Debian's chromium)
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: help setup serve build test check fix labs-sync lab bench lock clean
+help:
+	@echo "make serve      preview at http://$(HOST):$(PORT)/ with live reload (sets everything up)"
+	@echo "make test       all checks and tests"
+	@echo "make build      strict production build into site/"
+	@echo "make check      source checks only (front matter, names, typography, labs), no build"
+	@echo "make fix        rewrite Chinese-English typography with autocorrect"
+	@echo "make labs-sync  regenerate every lab's setup cell from tools/lab_setup.py, strip outputs"
+	@echo "make lab NB=notebooks/<section>/<slug>.ipynb   execute one lab in a fresh kernel"
+	@echo "make bench      time the labs' kernels on an NVIDIA GPU, write data/bench/<gpu>/*.json"
+	@echo "make lock       re-resolve requirements.in into the hashed requirements.txt"
+
+$(BIN)/.installed: requirements.txt
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --require-hashes -r requirements.txt
+	touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund
+	touch $@
+
+setup: $(BIN)/.installed node_modules/.installed
+
+serve: setup
+	$(BIN)/mkdocs serve --dev-addr $(HOST):$(PORT) --livereload
+
+build: setup
+	$(BIN)/mkdocs build --strict
+
+check: setup
+	$(BIN)/python -m tools.checks source
+
+fix: setup
+	$(BIN)/python -m tools.checks fix
+
+labs-sync: setup
+	$(BIN)/python -m tools.labs sync
+
+lab: setup
+	$(BIN)/python -m tools.labs run $(NB)
+
+test: setup
+	$(BIN)/python -m pytest
+
+bench: setup
+	$(BIN)/python -m bench
+
+
+lock: $(BIN)/.installed
+	$(BIN)/python -m pip install --quiet uv==0.13.8
+	$(BIN)/uv pip compile --quiet --python-version 3.11 --generate-hashes --custom-compile-command "make lock" \
+		-o requirements.txt requirements.in
+
+clean:
+	rm -rf site .cache .pytest_cache test-results

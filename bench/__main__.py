@@ -1,0 +1,202 @@
+"""GPU benchmarks of the labs: `python -m bench [LAB ...]` (`make bench`).
+
+The kernels are not copied here: for each lab (notebooks/<section>/<slug>.ipynb) this runs the
+lab's setup cell and its cells tagged `kernel` and `bench`, then times every rung that the lab's
+`bench_cases(n)` returns, at every size of its `BENCH_SIZES`, with `triton.testing.do_bench`
+(CUDA events, warm-up, median of many runs). Each rung is first checked against the lab's
+reference on a poisoned output. It also measures a device-to-device copy, the practical
+bandwidth ceiling. Records go to data/bench/<gpu>/<lab>.json with full provenance.
+
+Needs an NVIDIA GPU; on a machine without one it says so and exits with status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tools import labs  # noqa: E402
+
+SCHEMA_VERSION = 1
+WARMUP_MS, REP_MS = 25, 200
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _smi(query: str) -> list[str] | None:
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits", "-i", "0"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    return [v.strip() for v in out.stdout.strip().splitlines()[0].split(",")]
+
+
+def _commit() -> str:
+    if os.environ.get("BENCH_COMMIT"):
+        return os.environ["BENCH_COMMIT"]
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def provenance(torch, argv: list[str]) -> dict:
+    props = torch.cuda.get_device_properties(0)
+    driver = _smi("driver_version")
+    clocks = _smi("clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem")
+    clock_keys = ("sm_mhz", "mem_mhz", "max_sm_mhz", "max_mem_mhz")
+    return {
+        "gpu": props.name,
+        "sm_count": props.multi_processor_count,
+        "memory_bytes": props.total_memory,
+        "compute_capability": f"{props.major}.{props.minor}",
+        "driver": driver[0] if driver else None,
+        "cuda_runtime": torch.version.cuda,
+        "python": platform.python_version(),
+        "packages": {name: _version(name) for name in ("torch", "triton", "numba", "numba-cuda", "numpy")},
+        "clocks_at_start": dict(zip(clock_keys, (float(c) for c in clocks))) if clocks else None,
+        "date": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
+        "commit": _commit(),
+        "command": "python -m bench " + " ".join(argv),
+    }
+
+
+def gpu_slug(name: str) -> str:
+    import yaml
+
+    gpus = yaml.safe_load((ROOT / "data" / "hardware" / "gpus.yml").read_text(encoding="utf-8"))["gpus"]
+    for key, spec in gpus.items():
+        if spec["device_name"] == name:
+            return key
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def _timing() -> dict:
+    return {"method": "triton.testing.do_bench (CUDA events, L2 flushed before each run)",
+            "warmup_ms": WARMUP_MS, "rep_ms": REP_MS, "statistic": "median"}
+
+
+def bench_copy(torch, do_bench) -> dict:
+    """Device-to-device copy: bytes read + bytes written over time, the practical HBM ceiling."""
+    results = []
+    for mib in (64, 256, 1024, 4096):
+        n = mib * 2**20 // 4
+        src = torch.rand(n, device="cuda")
+        dst = torch.full_like(src, float("nan"))
+        dst.copy_(src)
+        torch.cuda.synchronize()
+        assert torch.equal(dst, src), "copy check failed"
+        ms = do_bench(lambda: dst.copy_(src), warmup=WARMUP_MS, rep=REP_MS, return_mode="median")
+        moved = 2 * n * 4
+        results.append({"rung": "torch-copy", "n": n, "dtype": "float32", "bytes": moved, "flops": 0,
+                        "time_ms": ms, "gbps": moved / ms / 1e6, "tflops": 0.0})
+        del src, dst
+        torch.cuda.empty_cache()
+    return {"schema": SCHEMA_VERSION, "lab": "copy", "title": "设备内拷贝带宽（实际带宽上限）",
+            "timing": _timing(), "results": results}
+
+
+def lab_namespace(nb_path: Path) -> dict:
+    nb = labs.load(nb_path)
+    ns: dict = {"__name__": "__lab__"}
+    wanted = {labs.SETUP_TAG, "kernel", "bench"}
+    for cell in nb["cells"]:
+        tags = set(cell.get("metadata", {}).get("tags", []))
+        if cell.get("cell_type") == "code" and tags & wanted:
+            src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+            exec(compile(src, f"{labs.rel(nb_path)}:{cell.get('id', '?')}", "exec"), ns)
+    if "bench_cases" not in ns or "BENCH_SIZES" not in ns:
+        raise SystemExit(f"{labs.rel(nb_path)}: no cell tagged 'bench' defines BENCH_SIZES and bench_cases(n)")
+    return ns
+
+
+def bench_lab(torch, do_bench, nb_path: Path) -> dict:
+    ns = lab_namespace(nb_path)
+    results = []
+    for n in ns["BENCH_SIZES"]:
+        case = ns["bench_cases"](n)
+        for rung, fn in case["runs"].items():
+            case["reset"]()
+            fn()
+            torch.cuda.synchronize()
+            case["check"]()  # raises if this rung is wrong at this size
+            ms = do_bench(fn, warmup=WARMUP_MS, rep=REP_MS, return_mode="median")
+            results.append({"rung": rung, "n": n, "dtype": case.get("dtype", "float32"),
+                            "bytes": case["bytes"], "flops": case["flops"], "time_ms": ms,
+                            "gbps": case["bytes"] / ms / 1e6, "tflops": case["flops"] / ms / 1e9})
+            print(f"  {rung:24s} n={n:>11,d}  {ms * 1e3:10.1f} us  {results[-1]['gbps']:8.1f} GB/s", flush=True)
+        del case
+        torch.cuda.empty_cache()
+    slug = labs.rel(nb_path).removeprefix("notebooks/").removesuffix(".ipynb")
+    return {"schema": SCHEMA_VERSION, "lab": slug, "title": ns.get("BENCH_TITLE", slug),
+            "rung_labels": ns.get("RUNGS", {}), "timing": _timing(), "results": results}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("labs", nargs="*", help="labs to run, e.g. operator/vector-add (default: every lab with a bench cell)")
+    parser.add_argument("--out", default=str(ROOT / "data" / "bench"), help="folder for the JSON records")
+    args = parser.parse_args(argv)
+
+    try:
+        import torch
+    except ImportError:
+        print("python -m bench needs PyTorch with CUDA; install the pinned requirements first (make venv).")
+        return 2
+    if not torch.cuda.is_available():
+        print("python -m bench needs an NVIDIA GPU with a CUDA driver, and none is visible on this machine.\n"
+              "Nothing was measured. The records already taken on GPUs are in data/bench/; the labs plot them.")
+        return 2
+    from triton.testing import do_bench
+
+    chosen = [labs.NOTEBOOKS / f"{name}.ipynb" for name in args.labs] or [
+        p for p in labs.iter_notebooks() if any("bench" in c.get("metadata", {}).get("tags", []) for c in labs.load(p)["cells"])
+    ]
+    prov = provenance(torch, argv)
+    out_dir = Path(args.out) / gpu_slug(prov["gpu"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    print(f"GPU: {prov['gpu']} ({prov['sm_count']} SMs), driver {prov['driver']}, CUDA {prov['cuda_runtime']}, "
+          f"torch {prov['packages']['torch']}, triton {prov['packages']['triton']}")
+
+    records = {"copy": bench_copy(torch, do_bench)}
+    for nb_path in chosen:
+        print(f"{labs.rel(nb_path)}:", flush=True)
+        rec = bench_lab(torch, do_bench, nb_path)
+        records[rec["lab"].replace("/", "-")] = rec
+    for name, rec in records.items():
+        rec["provenance"] = prov
+        (out_dir / f"{name}.json").write_text(json.dumps(rec, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+
+    copy_peak = max(r["gbps"] for r in records["copy"]["results"])
+    print(f"\n{'record':28s} {'rung':24s} {'n':>12s} {'time (us)':>10s} {'GB/s':>8s} {'% copy':>7s}")
+    for name, rec in records.items():
+        largest = max(r["n"] for r in rec["results"])
+        for r in rec["results"]:
+            if r["n"] == largest:
+                print(f"{name:28s} {r['rung']:24s} {r['n']:>12,d} {r['time_ms'] * 1e3:10.1f} "
+                      f"{r['gbps']:8.1f} {100 * r['gbps'] / copy_peak:6.1f}%")
+    print(f"records written to {out_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

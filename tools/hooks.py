@@ -1,0 +1,181 @@
+"""MkDocs hooks of the handbook: the only build-time code besides the plugins in mkdocs.yml.
+
+- labs: notebooks/<section>/<slug>.ipynb are executed (cached, see tools/labs.py) and placed in
+  the URL space of their section, with stable heading anchors, no third-party scripts, and the
+  data the lab buttons in overrides/main.html need;
+- vendor assets: MathJax and Mermaid from node_modules (npm ci) are published under assets/vendor/,
+  so no page loads anything from another host;
+- glossary: the abbreviations of data/glossary.yml are appended to every Markdown page (tooltips);
+- navigation: a page or lab that is not in any .nav.yml is a warning that names the fix.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+from urllib.parse import urlparse
+
+import yaml
+from bs4 import BeautifulSoup
+from mkdocs.exceptions import PluginError
+from mkdocs.plugins import event_priority
+from mkdocs.structure.files import File
+from mkdocs.structure.toc import get_toc
+from pymdownx.slugs import slugify
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tools import labs  # noqa: E402
+
+log = logging.getLogger("mkdocs.plugins.handbook")
+
+VENDOR = [  # (file or folder under node_modules, destination under the site)
+    ("mathjax/es5/tex-chtml.js", "assets/vendor/mathjax/tex-chtml.js"),
+    ("mathjax/es5/output/chtml/fonts/woff-v2", "assets/vendor/mathjax/output/chtml/fonts/woff-v2"),
+    ("mermaid/dist/mermaid.min.js", "assets/vendor/mermaid/mermaid.min.js"),
+]
+_slug = slugify(case="lower")
+_lab_sources: dict[str, Path] = {}
+
+
+def _is_lab(file) -> bool:
+    return file.src_uri.endswith(".ipynb")
+
+
+def on_config(config):
+    missing = [src for src, _ in VENDOR if not (ROOT / "node_modules" / src).exists()]
+    if missing:
+        raise PluginError(
+            f"self-hosted front-end assets are missing: node_modules/{missing[0]} "
+            "(fix: run `npm ci` in the repository root, or use `make build`, which does it)"
+        )
+    glossary = yaml.safe_load((ROOT / "data" / "glossary.yml").read_text(encoding="utf-8"))
+    lines = [f"*[{t['abbr']}]: {t['zh']}（{t['en']}）" if t.get("zh") else f"*[{t['abbr']}]: {t['en']}"
+             for t in glossary["terms"] if t.get("abbr")]
+    config["_handbook_abbr"] = "\n\n" + "\n".join(lines) + "\n"
+    return config
+
+
+@event_priority(50)  # before mkdocs-jupyter wraps .ipynb files (priority 0)
+def on_files(files, config):
+    execute = os.environ.get("LABS_EXECUTE", "1") != "0"
+    # mkdocs-jupyter wraps Files and reads abs_src_path through src_dir, so executed labs are
+    # laid out under one folder that mirrors notebooks/ (the executed copies are cached by key).
+    render_dir = labs.CACHE_DIR / "render" if execute else labs.NOTEBOOKS
+    _lab_sources.clear()
+    for nb in labs.iter_notebooks():
+        src_uri = nb.relative_to(labs.NOTEBOOKS).as_posix()
+        if execute:
+            try:
+                executed = labs.execute(nb)
+            except labs.LabError as exc:
+                raise PluginError(str(exc)) from None
+            target = render_dir / src_uri
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if not target.exists() or target.read_bytes() != executed.read_bytes():
+                shutil.copyfile(executed, target)
+        _lab_sources[src_uri] = nb
+        files.append(File(src_uri, src_dir=str(render_dir), dest_dir=config["site_dir"],
+                          use_directory_urls=config["use_directory_urls"]))
+    for src, dest in VENDOR:
+        base = ROOT / "node_modules" / src
+        for path in ([base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file())):
+            uri = dest if base.is_file() else f"{dest}/{path.relative_to(base).as_posix()}"
+            files.append(File.generated(config, uri, abs_src_path=str(path)))
+    return files
+
+
+@event_priority(-100)  # after awesome-nav has built the navigation
+def on_nav(nav, config, files):
+    in_nav = {page.file.src_uri for page in nav.pages}
+    docs = Path(config["docs_dir"])
+    for file in files.documentation_pages():
+        if file.src_uri in in_nav:
+            continue
+        folder = Path(file.src_uri).parent
+        nav_file = (docs / folder / ".nav.yml").relative_to(ROOT) if docs.is_relative_to(ROOT) else folder / ".nav.yml"
+        source = labs.rel(_lab_sources[file.src_uri]) if file.src_uri in _lab_sources else f"{docs.name}/{file.src_uri}"
+        log.warning(f"{source} is not in the navigation, so readers cannot reach it. "
+                    f"fix: add '{Path(file.src_uri).name}' to the nav list in {nav_file.as_posix()}")
+    return nav
+
+
+def on_page_markdown(markdown, page, config, files):
+    if _is_lab(page.file):
+        return markdown
+    return markdown + config["_handbook_abbr"]
+
+
+def _foreign(url: str | None) -> bool:
+    return bool(url) and bool(urlparse(url).netloc or url.startswith("//"))
+
+
+def on_page_content(html, page, config, files):
+    if not _is_lab(page.file):
+        return html
+    soup = BeautifulSoup(html, "lxml")
+    # nbconvert's template adds MathJax and Mermaid loaders from CDNs; the site serves its own.
+    for script in soup.find_all("script"):
+        text = script.string or ""
+        if _foreign(script.get("src")) or "MathJax" in text or "mermaid" in text:
+            script.decompose()
+    # Stable anchors with the same slug function as Markdown pages (all-Chinese headings included).
+    seen: dict[str, int] = {}
+    tokens: list[dict] = []
+    stack: list[dict] = []
+    for h in soup.find_all(re.compile(r"^h[1-6]$")):
+        for a in h.find_all("a", class_="anchor-link"):
+            a.decompose()
+        name = h.get_text(" ", strip=True)
+        base = _slug(name, "-") or "section"
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        hid = base if n == 0 else f"{base}_{n}"
+        h["id"] = hid
+        link = soup.new_tag("a", href=f"#{hid}", attrs={"class": "headerlink", "title": "Permanent link"})
+        link.string = "¶"
+        h.append(link)
+        token = {"level": int(h.name[1]), "id": hid, "name": name, "children": []}
+        while stack and stack[-1]["level"] >= token["level"]:
+            stack.pop()
+        (stack[-1]["children"] if stack else tokens).append(token)
+        stack.append(token)
+    page.toc = get_toc(tokens)
+    body = soup.body
+    return "".join(str(c) for c in body.contents) if body else str(soup)
+
+
+def on_page_context(context, page, config, nav):
+    if not _is_lab(page.file):
+        return context
+    source = labs.rel(_lab_sources[page.file.src_uri])
+    repo = config["repo_url"].rstrip("/")
+    branch = config["extra"].get("lab_branch", "main")
+    owner_repo = urlparse(repo).path.strip("/")
+    page.edit_url = f"{repo}/edit/{branch}/{source}"
+    page.meta["lab"] = {
+        "colab": f"https://colab.research.google.com/github/{owner_repo}/blob/{branch}/{source}",
+        "github": f"{repo}/blob/{branch}/{source}",
+        "download": Path(source).name,
+        "source": source,
+    }
+    return context
+
+
+def on_post_build(config):
+    # The download button serves the clean source (no outputs), like the Colab button.
+    for src_uri, nb in _lab_sources.items():
+        page_dir = Path(config["site_dir"]) / Path(src_uri).with_suffix("")
+        page_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(nb, page_dir / nb.name)
+
+
+def on_serve(server, config, builder):
+    for folder in ("notebooks", "data", "tools", "overrides"):
+        server.watch(str(ROOT / folder))
+    return server

@@ -1,0 +1,194 @@
+"""Labs (notebooks/<section>/<slug>.ipynb): the shared setup cell, source checks, and cached execution.
+
+The build (tools/hooks.py), the checks (tools/checks.py), the tests and `make labs-sync` all use
+this module, so the rules for a lab live in one place.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+SETUP_TEMPLATE = ROOT / "tools" / "lab_setup.py"
+LOCK_FILE = ROOT / "requirements.txt"
+CACHE_DIR = ROOT / ".cache" / "labs"
+SETUP_TAG = "setup"
+# Per-cell execution limit; the whole-lab budget is asserted by the tests.
+CELL_TIMEOUT_S = 600
+
+
+@dataclass
+class Problem:
+    path: str
+    line: int | None
+    message: str
+    fix: str
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line else self.path
+        return f"{where}: {self.message}\n    fix: {self.fix}"
+
+
+def rel(path: Path) -> str:
+    try:
+        return path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def iter_notebooks(root: Path = NOTEBOOKS) -> list[Path]:
+    return sorted(p for p in root.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+
+
+def setup_source() -> str:
+    return SETUP_TEMPLATE.read_text(encoding="utf-8").rstrip("\n")
+
+
+def _source(cell: dict) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def load(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def check_source(path: Path) -> list[Problem]:
+    """Problems of a committed notebook: invalid JSON, outputs, a stale or missing setup cell."""
+    name = rel(path)
+    try:
+        nb = load(path)
+    except json.JSONDecodeError as exc:
+        return [Problem(name, exc.lineno, f"not valid JSON ({exc.msg})", "re-save the notebook from Jupyter")]
+    problems: list[Problem] = []
+    cells = nb.get("cells", [])
+    code_cells = [(i, c) for i, c in enumerate(cells) if c.get("cell_type") == "code"]
+    dirty = [i for i, c in code_cells if c.get("outputs") or c.get("execution_count") is not None]
+    if dirty:
+        problems.append(Problem(
+            name, None,
+            f"committed with outputs or execution counts in cell(s) {', '.join(str(i + 1) for i in dirty)}",
+            f"strip them: `nbstripout {name}` (pre-commit does this), or `make labs-sync`",
+        ))
+    first = code_cells[0][1] if code_cells else None
+    if first is None or SETUP_TAG not in first.get("metadata", {}).get("tags", []):
+        problems.append(Problem(
+            name, None, "the first code cell is not the shared setup cell (tag 'setup')",
+            "run `make labs-sync` to insert the setup cell generated from tools/lab_setup.py",
+        ))
+    elif _source(first).rstrip("\n") != setup_source():
+        problems.append(Problem(
+            name, None, "the setup cell differs from tools/lab_setup.py (edited by hand or stale)",
+            "edit tools/lab_setup.py instead, then run `make labs-sync` to rewrite every lab's setup cell",
+        ))
+    if not cells or cells[0].get("cell_type") != "markdown" or not _source(cells[0]).lstrip().startswith("# "):
+        problems.append(Problem(name, None, "the first cell must be Markdown starting with the lab's '# 标题'",
+                                "add a Markdown cell '# 实验：…' at the top"))
+    return problems
+
+
+def sync(path: Path) -> bool:
+    """Rewrite the setup cell from the template and strip outputs. Returns True if the file changed."""
+    nb = load(path)
+    cells = nb.setdefault("cells", [])
+    setup = {"cell_type": "code", "execution_count": None, "id": "lab-setup",
+             "metadata": {"tags": [SETUP_TAG]}, "outputs": [], "source": setup_source()}
+    idx = next((i for i, c in enumerate(cells) if c.get("cell_type") == "code"), None)
+    if idx is not None and SETUP_TAG in cells[idx].get("metadata", {}).get("tags", []):
+        cells[idx] = setup
+    else:
+        insert_at = 1 if cells and cells[0].get("cell_type") == "markdown" else 0
+        cells.insert(insert_at, setup)
+    for cell in cells:
+        if cell.get("cell_type") == "code":
+            cell["outputs"] = []
+            cell["execution_count"] = None
+        if isinstance(cell.get("source"), list):
+            cell["source"] = "".join(cell["source"])
+    text = json.dumps(nb, ensure_ascii=False, indent=1) + "\n"
+    if text != path.read_text(encoding="utf-8"):
+        path.write_text(text, encoding="utf-8")
+        return True
+    return False
+
+
+def cache_key(path: Path) -> str:
+    """Changes when the notebook, the lock file (the environment) or the interpreter changes."""
+    h = hashlib.sha256()
+    h.update(path.read_bytes())
+    h.update(LOCK_FILE.read_bytes() if LOCK_FILE.exists() else b"no-lock")
+    h.update(f"{sys.version}|{platform.machine()}|cpu={os.environ.get('LAB_FORCE_CPU', '')}".encode())
+    return h.hexdigest()[:24]
+
+
+class LabError(RuntimeError):
+    pass
+
+
+def execute(path: Path, *, use_cache: bool = True) -> Path:
+    """Execute a notebook in a fresh kernel (cwd = its folder) and return the executed copy.
+
+    The executed copy is cached under .cache/labs/ by cache_key(); a cell error raises LabError
+    naming the notebook, the cell and the fix.
+    """
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError
+
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    out = CACHE_DIR / f"{path.stem}-{cache_key(path)}.ipynb"
+    if use_cache and out.exists():
+        return out
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", allow_errors=False,
+                            resources={"metadata": {"path": str(path.parent)}})
+    try:
+        client.execute()
+    except (CellExecutionError, CellTimeoutError) as exc:
+        failing = next((i for i, c in enumerate(nb.cells)
+                        if c.cell_type == "code" and any(o.get("output_type") == "error" for o in c.get("outputs", []))),
+                       None)
+        where = f"cell {failing + 1}" if failing is not None else "a cell"
+        summary = str(exc).strip().splitlines()
+        tail = "\n".join(summary[-6:])
+        raise LabError(f"{rel(path)}: {where} failed while executing the lab:\n{tail}\n"
+                       f"    fix: run it locally with `make lab NB={rel(path)}` and make every cell pass "
+                       f"in CPU mode (LAB_FORCE_CPU=1)") from None
+    for stale in CACHE_DIR.glob(f"{path.stem}-*.ipynb"):
+        stale.unlink()
+    tmp = out.with_suffix(".tmp")
+    nbformat.write(nb, tmp)
+    tmp.replace(out)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    """`python -m tools.labs sync|check|run [NB ...]`"""
+    cmd, *names = argv or ["check"]
+    paths = [ROOT / n for n in names] if names else iter_notebooks()
+    if cmd == "sync":
+        for p in paths:
+            if sync(p):
+                print(f"rewrote {rel(p)}")
+        return 0
+    if cmd == "check":
+        problems = [pr for p in paths for pr in check_source(p)]
+        for pr in problems:
+            print(pr)
+        return 1 if problems else 0
+    if cmd == "run":
+        for p in paths:
+            print(f"executed {rel(p)} -> {rel(execute(p, use_cache=False))}")
+        return 0
+    print("usage: python -m tools.labs sync|check|run [notebooks/<section>/<slug>.ipynb ...]")
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
