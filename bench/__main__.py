@@ -116,14 +116,24 @@ def bench_copy(torch, do_bench) -> dict:
 
 
 def lab_namespace(nb_path: Path) -> dict:
+    """Run the lab's setup, kernel and bench cells as one module and return its globals.
+
+    Triton's @jit reads a kernel's source from its file, so the cells are written to a real file
+    under .cache/bench/ first (the notebook stays the only copy in the repository).
+    """
+    import runpy
+
     nb = labs.load(nb_path)
-    ns: dict = {"__name__": "__lab__"}
     wanted = {labs.SETUP_TAG, "kernel", "bench"}
+    chunks = [f"# generated from {labs.rel(nb_path)}; do not edit"]
     for cell in nb["cells"]:
         tags = set(cell.get("metadata", {}).get("tags", []))
         if cell.get("cell_type") == "code" and tags & wanted:
-            src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
-            exec(compile(src, f"{labs.rel(nb_path)}:{cell.get('id', '?')}", "exec"), ns)
+            chunks.append(f"# --- cell {cell.get('id', '?')} ---\n{labs._source(cell)}")
+    module = ROOT / ".cache" / "bench" / (labs.rel(nb_path).removeprefix("notebooks/").replace("/", "_").replace("-", "_").removesuffix(".ipynb") + ".py")
+    module.parent.mkdir(parents=True, exist_ok=True)
+    module.write_text("\n\n".join(chunks) + "\n", encoding="utf-8")
+    ns = runpy.run_path(str(module), run_name="__lab__")
     if "bench_cases" not in ns or "BENCH_SIZES" not in ns:
         raise SystemExit(f"{labs.rel(nb_path)}: no cell tagged 'bench' defines BENCH_SIZES and bench_cases(n)")
     return ns
