@@ -76,7 +76,7 @@ def provenance(torch, argv: list[str]) -> dict:
         "clocks_at_start": dict(zip(clock_keys, (float(c) for c in clocks))) if clocks else None,
         "date": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
         "commit": _commit(),
-        "command": "python -m bench " + " ".join(argv),
+        "command": " ".join(["python -m bench", *argv]),
     }
 
 
@@ -116,23 +116,10 @@ def bench_copy(torch, do_bench) -> dict:
 
 
 def lab_namespace(nb_path: Path) -> dict:
-    """Run the lab's setup, kernel and bench cells as one module and return its globals.
-
-    Triton's @jit reads a kernel's source from its file, so the cells are written to a real file
-    under .cache/bench/ first (the notebook stays the only copy in the repository).
-    """
+    """Run the lab's setup, kernel and bench cells as one module and return its globals."""
     import runpy
 
-    nb = labs.load(nb_path)
-    wanted = {labs.SETUP_TAG, "kernel", "bench"}
-    chunks = [f"# generated from {labs.rel(nb_path)}; do not edit"]
-    for cell in nb["cells"]:
-        tags = set(cell.get("metadata", {}).get("tags", []))
-        if cell.get("cell_type") == "code" and tags & wanted:
-            chunks.append(f"# --- cell {cell.get('id', '?')} ---\n{labs._source(cell)}")
-    module = ROOT / ".cache" / "bench" / (labs.rel(nb_path).removeprefix("notebooks/").replace("/", "_").replace("-", "_").removesuffix(".ipynb") + ".py")
-    module.parent.mkdir(parents=True, exist_ok=True)
-    module.write_text("\n\n".join(chunks) + "\n", encoding="utf-8")
+    module = labs.as_module(nb_path, {labs.SETUP_TAG, "kernel", "bench"})
     ns = runpy.run_path(str(module), run_name="__lab__")
     if "bench_cases" not in ns or "BENCH_SIZES" not in ns:
         raise SystemExit(f"{labs.rel(nb_path)}: no cell tagged 'bench' defines BENCH_SIZES and bench_cases(n)")
@@ -181,7 +168,7 @@ def main(argv: list[str]) -> int:
     chosen = [labs.NOTEBOOKS / f"{name}.ipynb" for name in args.labs] or [
         p for p in labs.iter_notebooks() if any("bench" in c.get("metadata", {}).get("tags", []) for c in labs.load(p)["cells"])
     ]
-    prov = provenance(torch, argv)
+    prov = provenance(torch, args.labs)  # the output folder is not part of the provenance
     out_dir = Path(args.out) / gpu_slug(prov["gpu"])
     out_dir.mkdir(parents=True, exist_ok=True)
     print(f"GPU: {prov['gpu']} ({prov['sm_count']} SMs), driver {prov['driver']}, CUDA {prov['cuda_runtime']}, "

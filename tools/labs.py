@@ -118,6 +118,39 @@ def sync(path: Path) -> bool:
     return False
 
 
+def as_module(path: Path, tags: set[str] | None = None) -> Path:
+    """Write the lab's code cells (only those with one of `tags`, if given) to a .py file and return it.
+
+    Triton's @jit reads a kernel's source from its file, so code that runs the cells outside
+    Jupyter (the benchmarks, `python -m tools.labs plain`) runs this file; the notebook stays the
+    only copy in the repository.
+    """
+    chunks = [f"# generated from {rel(path)}; do not edit"]
+    for cell in load(path)["cells"]:
+        cell_tags = set(cell.get("metadata", {}).get("tags", []))
+        if cell.get("cell_type") == "code" and (tags is None or cell_tags & tags):
+            chunks.append(f"# --- cell {cell.get('id', '?')} ---\n{_source(cell)}")
+    name = rel(path).removeprefix("notebooks/").removesuffix(".ipynb").replace("/", "_").replace("-", "_")
+    module = CACHE_DIR / "modules" / f"{name}{'' if tags is None else '_' + '_'.join(sorted(tags))}.py"
+    module.parent.mkdir(parents=True, exist_ok=True)
+    module.write_text("\n\n".join(chunks) + "\n", encoding="utf-8")
+    return module
+
+
+def run_plain(path: Path) -> dict:
+    """Run every code cell in order as a plain Python program (no Jupyter needed), cwd = the lab's folder."""
+    import runpy
+
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    module = as_module(path)
+    cwd = os.getcwd()
+    os.chdir(path.parent)
+    try:
+        return runpy.run_path(str(module), run_name="__main__")
+    finally:
+        os.chdir(cwd)
+
+
 def cache_key(path: Path) -> str:
     """Changes when the notebook, the lock file (the environment) or the interpreter changes."""
     h = hashlib.sha256()
@@ -169,7 +202,7 @@ def execute(path: Path, *, use_cache: bool = True) -> Path:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m tools.labs sync|check|run [NB ...]`"""
+    """`python -m tools.labs sync|check|run|plain [NB ...]`"""
     cmd, *names = argv or ["check"]
     paths = [ROOT / n for n in names] if names else iter_notebooks()
     if cmd == "sync":
@@ -186,7 +219,12 @@ def main(argv: list[str]) -> int:
         for p in paths:
             print(f"executed {rel(p)} -> {rel(execute(p, use_cache=False))}")
         return 0
-    print("usage: python -m tools.labs sync|check|run [notebooks/<section>/<slug>.ipynb ...]")
+    if cmd == "plain":
+        for p in paths:
+            run_plain(p)
+            print(f"ran {rel(p)} as a plain Python program: every cell passed")
+        return 0
+    print("usage: python -m tools.labs sync|check|run|plain [notebooks/<section>/<slug>.ipynb ...]")
     return 2
 
 
