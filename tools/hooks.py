@@ -167,7 +167,27 @@ def on_page_context(context, page, config, nav):
     return context
 
 
+# Material 9.8's search worker segments a Chinese query against the index's words, but its loop
+# stops one character short of the query's end: "共享内存" becomes "共享* 内*" even though
+# "共享内存" is an indexed word, and the last character is lost. Allowing the full length fixes
+# it. The pattern is asserted, so an upgrade of Material that changes the worker fails loudly.
+_SEGMENT_BUG = "for(let o=s+1;o<t.length;o++)t.slice(s,o)in e"
+_SEGMENT_FIX = "for(let o=s+1;o<=t.length;o++)t.slice(s,o)in e"
+
+
+def _patch_search_worker(site_dir: Path) -> None:
+    workers = sorted((site_dir / "assets" / "javascripts" / "workers").glob("search.*.min.js"))
+    if len(workers) != 1:
+        raise PluginError(f"expected one Material search worker, found {len(workers)}: re-check tools/hooks.py")
+    text = workers[0].read_text(encoding="utf-8")
+    if text.count(_SEGMENT_BUG) != 1:
+        raise PluginError("Material's search worker changed: check whether its Chinese query segmentation "
+                          "still drops the last character, then update or remove _patch_search_worker in tools/hooks.py")
+    workers[0].write_text(text.replace(_SEGMENT_BUG, _SEGMENT_FIX), encoding="utf-8")
+
+
 def on_post_build(config):
+    _patch_search_worker(Path(config["site_dir"]))
     # The download button serves the clean source (no outputs), like the Colab button.
     for src_uri, nb in _lab_sources.items():
         page_dir = Path(config["site_dir"]) / Path(src_uri).with_suffix("")

@@ -21,6 +21,7 @@
     }                                                                            \
   } while (0)
 
+// --8<-- [start:kernel]
 // 一个线程负责一个元素：全局下标 = 块号 × 块大小 + 块内线程号。
 // 最后一个块可能越过 n，所以必须做边界检查。
 __global__ void vector_add(const float* __restrict__ a, const float* __restrict__ b,
@@ -28,6 +29,7 @@ __global__ void vector_add(const float* __restrict__ a, const float* __restrict_
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) c[i] = a[i] + b[i];
 }
+// --8<-- [end:kernel]
 
 int main(int argc, char** argv) {
   // 默认长度故意不是块大小的整数倍，用来检验边界检查。
