@@ -59,8 +59,9 @@ def _front_matter(text: str) -> tuple[dict | None, int, str | None]:
 
 
 def _key_line(text: str, key: str) -> int:
+    """The line of a front-matter key ('tags') or of a list item ('  - 标签')."""
     for i, line in enumerate(text.splitlines(), 1):
-        if line.startswith(f"{key}:"):
+        if line.startswith(f"{key}:") or (key.startswith("  - ") and line.strip() == key.strip()):
             return i
     return 1
 
@@ -73,7 +74,9 @@ def check_front_matter(path: Path, text: str) -> list[Problem]:
     import jsonschema
 
     name = rel(path)
-    data, _, err = _front_matter(text)
+    data, err_line, err = _front_matter(text)
+    if err and err_line:
+        return [Problem(name, err_line, err, "fix the YAML syntax on that line (quote values that contain ':' or '[')")]
     if err:
         return [Problem(name, 1, err, "start the page with a block like:\n"
                         "    ---\n    title: 页面标题\n    description: 一句话说明本页内容\n    tags:\n      - 算子层\n    ---")]
@@ -86,6 +89,7 @@ def check_front_matter(path: Path, text: str) -> list[Problem]:
         if e.validator == "enum" and e.path and e.path[0] == "tags":
             fix = f"use a tag from data/tags.yml ({', '.join(tags)}), or add the new tag there"
             msg = f"unknown tag {e.instance!r}"
+            key = f"  - {e.instance}"
         elif e.validator == "required":
             msg, fix = f"front matter lacks {e.message.split()[0]}", "add it (see CONTRIBUTING.md, 规范 7)"
         elif e.validator == "additionalProperties":
@@ -223,18 +227,18 @@ def _site_prefix() -> str:
     return urlparse(m.group(1)).path if m else "/"
 
 
-def _source_of(site: Path, html: Path) -> str:
+def _source_of(site: Path, html: Path, root: Path) -> str:
     """The source file a built page came from (best effort), for messages."""
     page = html.relative_to(site).as_posix()
     stem = page.removesuffix("index.html").rstrip("/")
-    for cand in (DOCS / f"{stem}.md", DOCS / stem / "index.md", labs.NOTEBOOKS / f"{stem}.ipynb"):
-        if cand.exists():
-            return rel(cand)
+    for cand in (f"docs/{stem}.md", f"docs/{stem}/index.md", f"notebooks/{stem}.ipynb"):
+        if (root / cand).exists():
+            return cand.replace("//", "/")
     return f"site/{page}"
 
 
-def _line_of(source: str, needle: str) -> int | None:
-    path = ROOT / source
+def _line_of(source: str, needle: str, root: Path = ROOT) -> int | None:
+    path = root / source
     if not path.is_file() or not needle:
         return None
     for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -243,7 +247,8 @@ def _line_of(source: str, needle: str) -> int | None:
     return None
 
 
-def check_site(site: Path) -> list[Problem]:
+def check_site(site: Path, root: Path = ROOT) -> list[Problem]:
+    """Links, anchors and third-party resources of a built site; `root` holds its sources."""
     from bs4 import BeautifulSoup
 
     prefix = _site_prefix()
@@ -257,7 +262,8 @@ def check_site(site: Path) -> list[Problem]:
 
     problems: list[Problem] = []
     for page, soup in soups.items():
-        source = _source_of(site, page)
+        source = _source_of(site, page, root)
+        line_of = lambda needle, source=source: _line_of(source, needle, root)  # noqa: E731
         for tag, attr in (("a", "href"), ("link", "href"), ("img", "src"), ("script", "src"),
                           ("iframe", "src"), ("source", "src"), ("video", "src"), ("audio", "src")):
             for el in soup.find_all(tag, attrs={attr: True}):
@@ -267,7 +273,7 @@ def check_site(site: Path) -> list[Problem]:
                     continue
                 if parsed.scheme or url.startswith("//"):
                     if tag != "a" and not (tag == "link" and set(el.get("rel", [])) & {"canonical", "alternate"}):
-                        problems.append(Problem(source, _line_of(source, parsed.netloc), f"<{tag}> loads {url} from another host",
+                        problems.append(Problem(source, line_of(parsed.netloc), f"<{tag}> loads {url} from another host",
                                                 "self-host the resource (see tools/hooks.py VENDOR) or remove it"))
                     continue
                 path = unquote(parsed.path)
@@ -284,13 +290,13 @@ def check_site(site: Path) -> list[Problem]:
                     target = target / "index.html" if target != page else page
                 target = target.resolve()
                 if not target.exists():
-                    problems.append(Problem(source, _line_of(source, Path(path.rstrip("/")).name),
+                    problems.append(Problem(source, line_of(Path(path.rstrip("/")).name),
                                             f"broken link: {url} (nothing at {target.relative_to(site.resolve()) if target.is_relative_to(site.resolve()) else target})",
                                             "point the link at an existing page (a relative link to its .md or .ipynb file)"))
                     continue
                 frag = unquote(parsed.fragment)
                 if frag and target.suffix == ".html" and frag not in ids.get(target, set()):
-                    problems.append(Problem(source, _line_of(source, f"#{frag}") or _line_of(source, frag),
+                    problems.append(Problem(source, line_of(f"#{frag}") or line_of(frag),
                                             f"broken anchor: {url} (no element with id '{frag}' in {target.relative_to(site.resolve()).as_posix()})",
                                             "link to a heading that exists; anchors are the heading text slugified (lowercase, spaces as '-')"))
     return problems

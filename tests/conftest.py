@@ -1,0 +1,78 @@
+"""Shared fixtures: one strict build of the real site per test session, and a local HTTP server for it."""
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+MKDOCS = [sys.executable, "-m", "mkdocs"]
+BUILD_ENV = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+
+
+class Build:
+    def __init__(self, site: Path, proc: subprocess.CompletedProcess):
+        self.site = site
+        self.returncode = proc.returncode
+        self.log = proc.stdout + proc.stderr
+
+    def warnings(self) -> list[str]:
+        return [line for line in self.log.splitlines() if line.startswith(("WARNING", "ERROR"))]
+
+
+def build(config: Path, site: Path, *, strict: bool, env: dict | None = None) -> Build:
+    cmd = [*MKDOCS, "build", "--config-file", str(config), "--site-dir", str(site)]
+    if strict:
+        cmd.append("--strict")
+    proc = subprocess.run(cmd, cwd=config.parent, capture_output=True, text=True,
+                          env={**BUILD_ENV, **(env or {})}, timeout=1800)
+    return Build(site, proc)
+
+
+@pytest.fixture(scope="session")
+def site_build(tmp_path_factory) -> Build:
+    """The real site, built once with --strict (labs executed, through their cache)."""
+    return build(ROOT / "mkdocs.yml", tmp_path_factory.mktemp("site"), strict=True)
+
+
+@pytest.fixture(scope="session")
+def site(site_build) -> Path:
+    assert site_build.returncode == 0, "the strict build failed:\n" + "\n".join(site_build.warnings() or [site_build.log[-3000:]])
+    return site_build.site
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="session")
+def server(site) -> str:
+    """The built site on http://127.0.0.1:<free port>/ (stopped at the end of the session)."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(site)))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_port}/"
+    httpd.shutdown()
+    thread.join(timeout=10)
+
+
+@pytest.fixture()
+def project_copy(tmp_path) -> Path:
+    """A throwaway copy of the project's site sources, for builds with deliberately bad input."""
+    dst = tmp_path / "project"
+    dst.mkdir()
+    for name in ("docs", "notebooks", "overrides", "tools", "data", "code"):
+        shutil.copytree(ROOT / name, dst / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("mkdocs.yml", ".autocorrectrc", "requirements.txt"):
+        shutil.copy2(ROOT / name, dst / name)
+    (dst / "node_modules").symlink_to(ROOT / "node_modules")
+    return dst

@@ -1,0 +1,61 @@
+"""GPU benchmark records: schema, provenance, completeness; and the CLI on a machine without a GPU."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import jsonschema
+import pytest
+import yaml
+
+from conftest import ROOT
+from tools import labs
+
+SCHEMA = json.loads((ROOT / "data" / "schemas" / "bench-record.json").read_text(encoding="utf-8"))
+RECORDS = sorted((ROOT / "data" / "bench").rglob("*.json"))
+GPUS = yaml.safe_load((ROOT / "data" / "hardware" / "gpus.yml").read_text(encoding="utf-8"))["gpus"]
+
+
+def test_there_are_records():
+    assert RECORDS, "no benchmark records under data/bench/"
+
+
+@pytest.mark.parametrize("path", RECORDS, ids=[p.relative_to(ROOT).as_posix() for p in RECORDS])
+def test_record_matches_schema_and_its_gpu(path):
+    record = json.loads(path.read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator(SCHEMA, format_checker=jsonschema.FormatChecker()).validate(record)
+    gpu = GPUS[path.parent.name]
+    assert record["provenance"]["gpu"] == gpu["device_name"]
+    assert record["provenance"]["sm_count"] == gpu["sm_count"]
+    for r in record["results"]:  # the derived figures agree with the raw ones
+        assert r["gbps"] == pytest.approx(r["bytes"] / r["time_ms"] / 1e6, rel=1e-9)
+        assert r["tflops"] == pytest.approx(r["flops"] / r["time_ms"] / 1e9, rel=1e-9)
+        assert r["gbps"] < 1.2 * gpu["memory_bandwidth_gbps"], "faster than the memory can deliver: timing bug?"
+
+
+def test_every_lab_with_a_bench_cell_has_every_rung_at_every_size_on_each_gpu():
+    for gpu_dir in sorted(p for p in (ROOT / "data" / "bench").iterdir() if p.is_dir()):
+        assert (gpu_dir / "copy.json").is_file(), f"{gpu_dir} lacks the copy-bandwidth ceiling"
+        for nb in labs.iter_notebooks():
+            cells = labs.load(nb)["cells"]
+            bench = [labs._source(c) for c in cells if "bench" in c.get("metadata", {}).get("tags", [])]
+            if not bench:
+                continue
+            ns: dict = {}
+            exec(bench[0].split("\n\ndef ")[0], ns)  # the constants at the top of the bench cell
+            slug = labs.rel(nb).removeprefix("notebooks/").removesuffix(".ipynb")
+            record = json.loads((gpu_dir / f"{slug.replace('/', '-')}.json").read_text(encoding="utf-8"))
+            have = {(r["rung"], r["n"]) for r in record["results"]}
+            want = {(rung, n) for rung in ns["RUNGS"] for n in ns["BENCH_SIZES"]}
+            assert want <= have, f"{gpu_dir.name}/{slug}: missing {sorted(want - have)[:5]}"
+
+
+def test_bench_says_it_needs_a_gpu_on_a_cpu_machine():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU; `make bench` measures instead")
+    out = subprocess.run([sys.executable, "-m", "bench"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2
+    assert "needs an NVIDIA GPU" in out.stdout and "Nothing was measured" in out.stdout
