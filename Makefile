@@ -33,10 +33,10 @@ node_modules/.installed: package.json package-lock.json
 setup: $(BIN)/.installed node_modules/.installed
 
 serve: setup
-	$(BIN)/mkdocs serve --dev-addr $(HOST):$(PORT) --livereload
+	NO_MKDOCS_2_WARNING=1 SITE_URL=http://$(HOST):$(PORT)/ $(BIN)/mkdocs serve --dev-addr $(HOST):$(PORT) --livereload
 
 build: setup
-	$(BIN)/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 check: setup
 	$(BIN)/python -m tools.checks source

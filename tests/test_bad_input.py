@@ -180,7 +180,7 @@ def test_lab_with_committed_outputs(tmp_path):
     nb["cells"][2]["execution_count"] = 1
     path.write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
     p = only(labs.check_source(path), "committed with outputs")
-    assert "bad-lab.ipynb" in p.path and "nbstripout" in p.fix
+    assert "bad-lab.ipynb" in p.path and "make labs-sync" in p.fix
 
 
 def test_lab_with_a_modified_setup_cell(tmp_path):

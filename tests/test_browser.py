@@ -2,15 +2,16 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import urllib.request
 from urllib.parse import urlparse
 
 import pytest
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="Debian's chromium is not installed (`apt-get install chromium`; .ci/run does it)")
+    CHROMIUM is None, reason="no Chromium: install Debian's chromium (`apt-get install chromium`; .ci/run does it) or set CHROMIUM=/path/to/chrome")
 
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-quic"]

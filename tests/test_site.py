@@ -106,10 +106,11 @@ def _free_port() -> int:
 def test_serve_answers_on_home_and_a_layer_page(site):
     """`make serve` runs `mkdocs serve`: it must answer 200 on / and on a layer page."""
     port = _free_port()
+    env = {**BUILD_ENV, "SITE_URL": f"http://127.0.0.1:{port}/"}  # as `make serve` does
     proc = subprocess.Popen([sys.executable, "-m", "mkdocs", "serve", "--dev-addr", f"127.0.0.1:{port}", "--no-livereload"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=BUILD_ENV)
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
-        prefix = "/handbook/"  # mkdocs serve mounts the site at the path of site_url
+        prefix = "/"
         deadline = time.monotonic() + 300
         while True:
             try:

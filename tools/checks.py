@@ -223,7 +223,7 @@ def check_sources() -> list[Problem]:
 
 def _site_prefix() -> str:
     cfg = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
-    m = re.search(r"^site_url:\s*(\S+)", cfg, re.M)
+    m = re.search(r"^site_url:.*?(https?://[^\s\"']+)", cfg, re.M)
     return urlparse(m.group(1)).path if m else "/"
 
 

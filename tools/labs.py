@@ -74,7 +74,7 @@ def check_source(path: Path) -> list[Problem]:
         problems.append(Problem(
             name, None,
             f"committed with outputs or execution counts in cell(s) {', '.join(str(i + 1) for i in dirty)}",
-            f"strip them: `nbstripout {name}` (pre-commit does this), or `make labs-sync`",
+            "strip them with `make labs-sync` (the pre-commit hook does it on every commit)",
         ))
     first = code_cells[0][1] if code_cells else None
     if first is None or SETUP_TAG not in first.get("metadata", {}).get("tags", []):
