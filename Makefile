@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: help setup serve build test check fix labs-sync lab bench lock clean
+.PHONY: help setup serve build test check fix labs-sync lab bench bench-site lock clean
 help:
 	@echo "make serve      preview at http://$(HOST):$(PORT)/ with live reload (sets everything up)"
 	@echo "make test       all checks and tests"
@@ -18,6 +18,7 @@ help:
 	@echo "make labs-sync  regenerate every lab's setup cell from tools/lab_setup.py, strip outputs"
 	@echo "make lab NB=notebooks/<section>/<slug>.ipynb   execute one lab in a fresh kernel"
 	@echo "make bench      time the labs' kernels on an NVIDIA GPU, write data/bench/<gpu>/*.json"
+	@echo "make bench-site build and rebuild times, search latency, page weights (needs chromium)"
 	@echo "make lock       re-resolve requirements.in into the hashed requirements.txt"
 
 $(BIN)/.installed: requirements.txt
@@ -55,6 +56,9 @@ test: setup
 
 bench: setup
 	$(BIN)/python -m bench
+
+bench-site: setup
+	$(BIN)/python -m tools.sitebench
 
 
 lock: $(BIN)/.installed

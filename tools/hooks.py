@@ -47,7 +47,14 @@ def _is_lab(file) -> bool:
     return file.src_uri.endswith(".ipynb")
 
 
+@event_priority(100)  # before the search plugin, which fails obscurely without jieba
 def on_config(config):
+    try:
+        import jieba  # noqa: F401
+    except ImportError:
+        raise PluginError("jieba is not importable, so Chinese text would not be segmented for search "
+                          "(fix: install the pinned requirements: `make setup`, or "
+                          "`pip install --require-hashes -r requirements.txt`)") from None
     missing = [src for src, _ in VENDOR if not (ROOT / "node_modules" / src).exists()]
     if missing:
         raise PluginError(
@@ -118,7 +125,8 @@ def _foreign(url: str | None) -> bool:
 def on_page_content(html, page, config, files):
     if not _is_lab(page.file):
         return html
-    soup = BeautifulSoup(html, "lxml")
+    # html.parser keeps the fragment as it is (lxml would move mkdocs-jupyter's <style> into a <head>).
+    soup = BeautifulSoup(html, "html.parser")
     # nbconvert's template adds MathJax and Mermaid loaders from CDNs; the site serves its own.
     for script in soup.find_all("script"):
         text = script.string or ""
@@ -146,8 +154,10 @@ def on_page_content(html, page, config, files):
         (stack[-1]["children"] if stack else tokens).append(token)
         stack.append(token)
     page.toc = get_toc(tokens)
-    body = soup.body
-    return "".join(str(c) for c in body.contents) if body else str(soup)
+    # Code and outputs scroll sideways on narrow screens; keyboard users must be able to focus them.
+    for pre in soup.find_all("pre"):
+        pre["tabindex"] = "0"
+    return str(soup)
 
 
 def on_page_context(context, page, config, nav):

@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 SETUP_TEMPLATE = ROOT / "tools" / "lab_setup.py"
 LOCK_FILE = ROOT / "requirements.txt"
-CACHE_DIR = ROOT / ".cache" / "labs"
+# HANDBOOK_LABS_CACHE lets a benchmark measure a cold build without deleting the real cache.
+CACHE_DIR = Path(os.environ.get("HANDBOOK_LABS_CACHE") or ROOT / ".cache" / "labs")
 SETUP_TAG = "setup"
 # Per-cell execution limit; the whole-lab budget is asserted by the tests.
 CELL_TIMEOUT_S = 600

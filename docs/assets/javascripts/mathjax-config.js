@@ -15,6 +15,16 @@
     },
     options: lab
       ? { enableMenu: false }
-      : { ignoreHtmlClass: ".*|", processHtmlClass: "arithmatex", enableMenu: false }
+      : { ignoreHtmlClass: ".*|", processHtmlClass: "arithmatex", enableMenu: false },
+    startup: {
+      // Wide display formulas scroll (extra.css); a keyboard user must be able to focus them.
+      pageReady: function () {
+        return MathJax.startup.defaultPageReady().then(function () {
+          document.querySelectorAll('mjx-container[display="true"]').forEach(function (el) {
+            el.setAttribute("tabindex", "0");
+          });
+        });
+      }
+    }
   };
 })();
