@@ -70,12 +70,13 @@ def test_math_and_diagrams_are_self_hosted_and_loaded_only_where_needed(site):
     hardware = (site / "hardware" / "index.html").read_text(encoding="utf-8")
     home = (site / "index.html").read_text(encoding="utf-8")
     resources = (site / "resources" / "tags" / "index.html").read_text(encoding="utf-8")  # no math, no diagram
-    assert "assets/vendor/mathjax/tex-chtml.js" in hardware
-    assert "assets/vendor/mermaid/mermaid.min.js" in home
-    assert "arithmatex" not in resources and "tex-chtml.js" not in resources  # no math there, no MathJax
-    assert 'class="mermaid"' not in resources and "mermaid.min.js" not in resources
-    assert (site / "assets" / "vendor" / "mathjax" / "tex-chtml.js").is_file()
-    assert list((site / "assets" / "vendor" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").glob("*.woff"))
+    assert "assets/vendor/katex/katex.min.js" in hardware
+    assert "assets/vendor/mermaid/mermaid.esm.min.mjs" in home
+    assert "arithmatex" not in resources and "katex" not in resources  # no math there, no KaTeX
+    assert 'class="mermaid"' not in resources and "mermaid.esm" not in resources
+    assert (site / "assets" / "vendor" / "katex" / "katex.min.js").is_file()
+    assert list((site / "assets" / "vendor" / "katex" / "fonts").glob("*.woff2"))
+    assert (site / "assets" / "vendor" / "mermaid" / "mermaid.esm.min.mjs").is_file()
 
 
 def test_glossary_tooltips_are_on_every_markdown_page(site):

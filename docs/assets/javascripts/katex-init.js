@@ -1,0 +1,26 @@
+// Renders math with the self-hosted KaTeX; overrides/main.html loads this only on pages with math.
+// Markdown pages: pymdownx.arithmatex (generic) leaves \( \) and \[ \] inside .arithmatex elements.
+// Lab pages: notebook Markdown cells keep $ $ and $$ $$ inside .jupyter-wrapper (code and outputs
+// are <pre>/<code>, which auto-render skips). A formula KaTeX cannot parse is reported on the
+// console (the browser tests fail on console errors) and left as its source.
+(function () {
+  var lab = document.querySelector(".jupyter-wrapper");
+  var delimiters = [
+    { left: "\\[", right: "\\]", display: true },
+    { left: "\\(", right: "\\)", display: false }
+  ];
+  if (lab) {
+    delimiters = [
+      { left: "$$", right: "$$", display: true },
+      { left: "$", right: "$", display: false }
+    ].concat(delimiters);
+  }
+  var targets = lab ? [lab] : document.querySelectorAll(".arithmatex");
+  targets.forEach(function (el) {
+    renderMathInElement(el, { delimiters: delimiters });
+  });
+  // Wide display formulas scroll (extra.css); keyboard users must be able to focus them.
+  document.querySelectorAll(".katex-display").forEach(function (el) {
+    el.setAttribute("tabindex", "0");
+  });
+})();
