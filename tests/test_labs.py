@@ -52,3 +52,36 @@ def test_lab_runs_without_jupyter(tmp_path, monkeypatch):
     monkeypatch.setenv("LAB_FORCE_CPU", "1")
     ns = labs.run_plain(labs.NOTEBOOKS / "operator" / "vector-add.ipynb")
     assert ns["ON_GPU"] is False and callable(ns["vector_add_triton"])
+
+
+def test_execution_cache_is_keyed_on_the_notebook_and_the_lock_file(tmp_path, monkeypatch):
+    """An unchanged lab is not re-executed; a change to the lab or to the environment (lock) re-runs it."""
+    lab = tmp_path / "notebooks" / "operator" / "cache-probe.ipynb"
+    lab.parent.mkdir(parents=True)
+    lab.write_text(json.dumps({
+        "cells": [{"cell_type": "markdown", "id": "t", "metadata": {}, "source": "# 实验：缓存"},
+                  {"cell_type": "code", "id": "c", "metadata": {}, "outputs": [], "execution_count": None,
+                   "source": "import time\nprint(time.time_ns())"}],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        "nbformat": 4, "nbformat_minor": 5}), encoding="utf-8")
+    lock = tmp_path / "requirements.txt"
+    lock.write_text("torch==2.13.0\n", encoding="utf-8")
+    monkeypatch.setattr(labs, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(labs, "LOCK_FILE", lock)
+
+    def stamp(path):
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        return "".join(cells[1]["outputs"][0]["text"])
+
+    first = labs.execute(lab)
+    first_stamp = stamp(first)
+    again = labs.execute(lab)
+    assert again == first and stamp(again) == first_stamp, "an unchanged lab was executed again"
+
+    lock.write_text("torch==2.13.1\n", encoding="utf-8")  # the environment changed
+    after_lock = labs.execute(lab)
+    assert after_lock != first and stamp(after_lock) != first_stamp
+    assert not first.exists(), "the stale cache entry was not removed"
+
+    lab.write_text(lab.read_text(encoding="utf-8").replace("time_ns()", "time_ns() + 1"), encoding="utf-8")
+    assert labs.execute(lab) != after_lock
