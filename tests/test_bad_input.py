@@ -231,3 +231,15 @@ def test_markdown_cell_typography_in_a_lab(tmp_path):
     p = only(checks.check_notebook(path), "typography")
     assert "(cell 3)" in p.path
 
+
+
+def test_bench_table_for_a_missing_record_names_the_fix():
+    from mkdocs.exceptions import PluginError
+
+    from tools import hooks
+
+    table = hooks._BENCH_TABLE.sub(hooks._bench_table, "<!-- bench-table: nvidia-h200/operator/vector-add -->")
+    assert "| Triton, BLOCK=1024 |" in table and "data/bench/nvidia-h200/operator-vector-add.json" in table
+    with pytest.raises(PluginError) as err:
+        hooks._BENCH_TABLE.sub(hooks._bench_table, "<!-- bench-table: nvidia-h200/operator/no-such-lab -->")
+    assert "operator-no-such-lab.json" in str(err.value) and "make bench" in str(err.value)

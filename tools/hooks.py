@@ -117,9 +117,40 @@ def on_nav(nav, config, files):
     return nav
 
 
+_BENCH_TABLE = re.compile(r"<!--\s*bench-table:\s*([a-z0-9-]+)/([a-z0-9-]+/[a-z0-9-]+)\s*-->")
+
+
+def _bench_table(match: re.Match) -> str:
+    """A table of a lab's GPU record at its largest size, written from data/bench/ at build time,
+    so a page never carries a copy of a measured number that could go stale."""
+    import json
+
+    gpu, lab = match.group(1), match.group(2)
+    base = ROOT / "data" / "bench" / gpu
+    try:
+        record = json.loads((base / f"{lab.replace('/', '-')}.json").read_text(encoding="utf-8"))
+        copy = json.loads((base / "copy.json").read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise PluginError(f"bench-table {gpu}/{lab}: no record {exc.filename} "
+                          f"(fix: run `make bench` on that GPU, or correct the comment)") from None
+    ceiling = max(r["gbps"] for r in copy["results"])
+    largest = max(r["n"] for r in record["results"])
+    labels = record.get("rung_labels", {})
+    prov = record["provenance"]
+    rows = ["| 实现 | 时间（µs） | 有效带宽（GB/s） | 占实测拷贝带宽 |", "|---|---|---|---|"]
+    for r in sorted((r for r in record["results"] if r["n"] == largest), key=lambda r: r["time_ms"]):
+        rows.append(f"| {labels.get(r['rung'], r['rung'])} | {r['time_ms'] * 1e3:.1f} | {r['gbps']:.0f} | {r['gbps'] / ceiling:.0%} |")
+    note = (f"\n\n{prov['gpu']}，n = {largest:,}，{record['results'][0]['dtype']}；设备内拷贝实测 {ceiling:.0f} GB/s。"
+            f"驱动 {prov['driver']}，CUDA {prov['cuda_runtime']}，torch {prov['packages']['torch']}，"
+            f"triton {prov['packages']['triton']}，{prov['date'][:10]}，提交 `{prov['commit'][:10]}`；"
+            f"数据：`data/bench/{gpu}/{lab.replace('/', '-')}.json`（`{prov['command']}`）。")
+    return "\n".join(rows) + note
+
+
 def on_page_markdown(markdown, page, config, files):
     if _is_lab(page.file):
         return markdown
+    markdown = _BENCH_TABLE.sub(_bench_table, markdown)
     return markdown + config["_handbook_abbr"]
 
 
