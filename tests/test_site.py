@@ -71,7 +71,8 @@ def test_math_and_diagrams_are_self_hosted_and_loaded_only_where_needed(site):
     home = (site / "index.html").read_text(encoding="utf-8")
     resources = (site / "resources" / "tags" / "index.html").read_text(encoding="utf-8")  # no math, no diagram
     assert "assets/vendor/katex/katex.min.js" in hardware
-    assert "assets/vendor/mermaid/mermaid.esm.min.mjs" in home
+    assert "assets/vendor/mermaid/mermaid.esm.min.mjs" in (site / "stack" / "index.html").read_text(encoding="utf-8")
+    assert "mermaid" not in home, "the home page draws its map as inline SVG and needs no Mermaid"
     assert "arithmatex" not in resources and "katex" not in resources  # no math there, no KaTeX
     assert 'class="mermaid"' not in resources and "mermaid.esm" not in resources
     assert (site / "assets" / "vendor" / "katex" / "katex.min.js").is_file()

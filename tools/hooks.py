@@ -6,6 +6,7 @@
 - vendor assets: KaTeX and Mermaid from node_modules (npm ci) are published under assets/vendor/,
   so no page loads anything from another host;
 - glossary: the abbreviations of data/glossary.yml are appended to every Markdown page (tooltips);
+- question bank: two pages under interview/ are generated from data/questions.yml;
 - navigation: a page or lab that is not in any .nav.yml is a warning that names the fix.
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tools import labs  # noqa: E402
+from tools import labs, questions  # noqa: E402
 
 log = logging.getLogger("mkdocs.plugins.handbook")
 
@@ -66,11 +67,21 @@ def on_config(config):
             f"self-hosted front-end assets are missing: node_modules/{missing[0]} "
             "(fix: run `npm ci` in the repository root, or use `make build`, which does it)"
         )
-    glossary = yaml.safe_load((ROOT / "data" / "glossary.yml").read_text(encoding="utf-8"))
+    glossary = yaml.safe_load((ROOT / "data" / "glossary.yml").read_text(encoding="utf-8"))["terms"]
     lines = [f"*[{t['abbr']}]: {t['zh']}（{t['en']}）" if t.get("zh") else f"*[{t['abbr']}]: {t['en']}"
-             for t in glossary["terms"] if t.get("abbr")]
+             for t in glossary if t.get("abbr")]
     config["_handbook_abbr"] = "\n\n" + "\n".join(lines) + "\n"
+    config["_handbook_glossary"] = glossary
     return config
+
+
+def _glossary_page(terms: list[dict]) -> str:
+    rows = [f"| {t.get('abbr', '')} | {t['en']} | {t['zh']} |" for t in sorted(terms, key=lambda t: (t.get("abbr") or t["en"]).lower())]
+    return "\n".join([
+        "---", "title: 术语表", "description: 全站缩写与术语的中英对照；同一份数据生成每页的缩写悬停提示。",
+        "tags:", "  - 资源", "---", "", "# 术语表", "",
+        "本表由仓库的 `data/glossary.yml` 生成；表中的缩写在全站每一页上都有悬停提示（把鼠标停在缩写上即可看到全称）。"
+        "新增术语请改那个文件。", "", "| 缩写 | 英文 | 中文 |", "|---|---|---|", *rows, ""])
 
 
 @event_priority(50)  # before mkdocs-jupyter wraps .ipynb files (priority 0)
@@ -94,6 +105,14 @@ def on_files(files, config):
         _lab_sources[src_uri] = nb
         files.append(File(src_uri, src_dir=str(render_dir), dest_dir=config["site_dir"],
                           use_directory_urls=config["use_directory_urls"]))
+    # The question bank's pages are generated from data/questions.yml (see tools/questions.py).
+    try:
+        bank = questions.load()
+    except questions.BankError as exc:
+        raise PluginError(str(exc)) from None
+    for uri, markdown in questions.pages(bank).items():
+        files.append(File.generated(config, uri, content=markdown))
+    files.append(File.generated(config, "resources/glossary.md", content=_glossary_page(config["_handbook_glossary"])))
     for src, dest in VENDOR:
         base = ROOT / "node_modules" / src
         for path in ([base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file())):
