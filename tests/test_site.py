@@ -129,3 +129,15 @@ def test_serve_answers_on_home_and_a_layer_page(site):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_stack_walkthroughs_link_every_step(site):
+    """Both walkthroughs of the stack page (the 100B-parameter LLM, one softmax) link each layer's step."""
+    from bs4 import BeautifulSoup
+
+    soup = BeautifulSoup((site / "stack" / "index.html").read_text(encoding="utf-8"), "lxml")
+    steps = [p for p in soup.select("article p") if p.find("strong") and p.find("strong").get_text().startswith("第 ")]
+    assert len(steps) == 7 and all(p.find("a", href=True) for p in steps), [p.get_text()[:20] for p in steps]
+    heading = soup.find(id="一个算子穿过七层softmax")
+    rows = heading.find_next("table").select("tbody tr")
+    assert len(rows) == 7 and all(r.find_all("td")[-1].find("a", href=True) for r in rows)
