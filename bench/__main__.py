@@ -105,7 +105,7 @@ def bench_copy(torch, do_bench) -> dict:
         dst.copy_(src)
         torch.cuda.synchronize()
         assert torch.equal(dst, src), "copy check failed"
-        ms = do_bench(lambda: dst.copy_(src), warmup=WARMUP_MS, rep=REP_MS, return_mode="median")
+        ms = do_bench(lambda dst=dst, src=src: dst.copy_(src), warmup=WARMUP_MS, rep=REP_MS, return_mode="median")
         moved = 2 * n * 4
         results.append({"rung": "torch-copy", "n": n, "dtype": "float32", "bytes": moved, "flops": 0,
                         "time_ms": ms, "gbps": moved / ms / 1e6, "tflops": 0.0})

@@ -10,7 +10,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from conftest import ROOT, BUILD_ENV, build
+from conftest import ROOT, BUILD_ENV
 from tools import checks, labs
 
 

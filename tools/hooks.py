@@ -56,7 +56,7 @@ def _is_lab(file) -> bool:
 @event_priority(100)  # before the search plugin, which fails obscurely without jieba
 def on_config(config):
     try:
-        import jieba  # noqa: F401
+        import jieba  # noqa: F401  (imported only to prove it is importable)
     except ImportError:
         raise PluginError("jieba is not importable, so Chinese text would not be segmented for search "
                           "(fix: install the pinned requirements: `make setup`, or "
