@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: help setup serve build test check fix labs-sync lab bench bench-site coverage lock clean
+.PHONY: help setup serve build test check fix labs-sync lab bench gpu-check bench-site coverage lock clean
 help:
 	@echo "make serve      preview at http://$(HOST):$(PORT)/ with live reload (sets everything up)"
 	@echo "make test       all checks and tests"
@@ -18,6 +18,7 @@ help:
 	@echo "make labs-sync  regenerate every lab's setup cell from tools/lab_setup.py, strip outputs"
 	@echo "make lab NB=notebooks/<section>/<slug>.ipynb   execute one lab in a fresh kernel"
 	@echo "make bench      time the labs' kernels on an NVIDIA GPU, write data/bench/<gpu>/*.json"
+	@echo "make gpu-check  on an NVIDIA GPU: every lab in GPU mode, every .cu listing compiled and run"
 	@echo "make bench-site build and rebuild times, search latency, page weights (needs chromium)"
 	@echo "make coverage   answered/total questions of the question bank per layer, and the unanswered ones"
 	@echo "make lock       re-resolve requirements.in into the hashed requirements.txt"
@@ -57,6 +58,9 @@ test: setup
 
 bench: setup
 	$(BIN)/python -m bench
+
+gpu-check: setup
+	$(BIN)/python -m tools.gpu_check
 
 bench-site: setup
 	$(BIN)/python -m tools.sitebench

@@ -12,6 +12,7 @@ Needs an NVIDIA GPU; on a machine without one it says so and exits with status 2
 from __future__ import annotations
 
 import argparse
+import inspect
 import datetime as dt
 import json
 import os
@@ -135,17 +136,23 @@ def bench_lab(torch, do_bench, nb_path: Path) -> dict:
             case["reset"]()
             fn()
             torch.cuda.synchronize()
-            case["check"]()  # raises if this rung is wrong at this size
+            check = case["check"]
+            check(rung) if inspect.signature(check).parameters else check()  # raises if this rung is wrong
             ms = do_bench(fn, warmup=WARMUP_MS, rep=REP_MS, return_mode="median")
             results.append({"rung": rung, "n": n, "dtype": case.get("dtype", "float32"),
                             "bytes": case["bytes"], "flops": case["flops"], "time_ms": ms,
                             "gbps": case["bytes"] / ms / 1e6, "tflops": case["flops"] / ms / 1e9})
-            print(f"  {rung:24s} n={n:>11,d}  {ms * 1e3:10.1f} us  {results[-1]['gbps']:8.1f} GB/s", flush=True)
+            print(f"  {rung:28s} n={n:>11,d}  {ms * 1e3:10.1f} us  {results[-1]['gbps']:8.1f} GB/s"
+                  f"  {results[-1]['tflops']:7.1f} TFLOP/s", flush=True)
         del case
         torch.cuda.empty_cache()
     slug = labs.rel(nb_path).removeprefix("notebooks/").removesuffix(".ipynb")
-    return {"schema": SCHEMA_VERSION, "lab": slug, "title": ns.get("BENCH_TITLE", slug),
-            "rung_labels": ns.get("RUNGS", {}), "timing": _timing(), "results": results}
+    record = {"schema": SCHEMA_VERSION, "lab": slug, "title": ns.get("BENCH_TITLE", slug),
+              "metric": ns.get("BENCH_METRIC", "gbps"), "rung_labels": ns.get("RUNGS", {}),
+              "timing": _timing(), "results": results}
+    if ns.get("BENCH_REFERENCE"):
+        record["reference"] = ns["BENCH_REFERENCE"]
+    return record
 
 
 def main(argv: list[str]) -> int:

@@ -51,11 +51,14 @@ def test_every_lab_with_a_bench_cell_has_every_rung_at_every_size_on_each_gpu():
             assert want <= have, f"{gpu_dir.name}/{slug}: missing {sorted(want - have)[:5]}"
 
 
-def test_bench_says_it_needs_a_gpu_on_a_cpu_machine():
+@pytest.mark.parametrize("module,says", [("bench", "Nothing was measured"), ("tools.gpu_check", "nothing was run")])
+def test_gpu_commands_say_they_need_a_gpu_on_a_cpu_machine(module, says, tmp_path):
     import torch
 
     if torch.cuda.is_available():
-        pytest.skip("this machine has a GPU; `make bench` measures instead")
-    out = subprocess.run([sys.executable, "-m", "bench"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        pytest.skip("this machine has a GPU; `make bench` and `make gpu-check` measure instead")
+    out = subprocess.run([sys.executable, "-m", module, "--out", str(tmp_path)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
     assert out.returncode == 2
-    assert "needs an NVIDIA GPU" in out.stdout and "Nothing was measured" in out.stdout
+    assert "needs an NVIDIA GPU" in out.stdout and says in out.stdout
+    assert not any(tmp_path.iterdir()), "wrote output although nothing ran"

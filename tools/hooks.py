@@ -156,11 +156,26 @@ def _bench_table(match: re.Match) -> str:
     largest = max(r["n"] for r in record["results"])
     labels = record.get("rung_labels", {})
     prov = record["provenance"]
-    rows = ["| 实现 | 时间（µs） | 有效带宽（GB/s） | 占实测拷贝带宽 |", "|---|---|---|---|"]
-    for r in sorted((r for r in record["results"] if r["n"] == largest), key=lambda r: r["time_ms"]):
-        rows.append(f"| {labels.get(r['rung'], r['rung'])} | {r['time_ms'] * 1e3:.1f} | {r['gbps']:.0f} | {r['gbps'] / ceiling:.0%} |")
-    note = (f"\n\n{prov['gpu']}，n = {largest:,}，{record['results'][0]['dtype']}；设备内拷贝实测 {ceiling:.0f} GB/s。"
-            f"驱动 {prov['driver']}，CUDA {prov['cuda_runtime']}，torch {prov['packages']['torch']}，"
+    at_largest = {r["rung"]: r for r in record["results"] if r["n"] == largest}
+    if record.get("metric") == "tflops":
+        # compute-bound labs are judged by arithmetic throughput against the library rung they name
+        reference = record.get("reference", {})
+        rows = ["| 实现 | 时间（µs） | 吞吐（TFLOP/s） | 对照 | 占对照 |", "|---|---|---|---|---|"]
+        for rung in labels or at_largest:
+            r = at_largest.get(rung)
+            if r is None:
+                continue
+            ref = at_largest.get(reference.get(rung, ""))
+            share = f"{r['tflops'] / ref['tflops']:.0%}" if ref else "—"
+            ref_label = labels.get(ref["rung"], ref["rung"]) if ref else "—"
+            rows.append(f"| {labels.get(rung, rung)} | {r['time_ms'] * 1e3:.1f} | {r['tflops']:.0f} | {ref_label} | {share} |")
+        head = f"\n\n{prov['gpu']}，n = {largest:,}，{record['results'][0]['dtype']}。"
+    else:
+        rows = ["| 实现 | 时间（µs） | 有效带宽（GB/s） | 占实测拷贝带宽 |", "|---|---|---|---|"]
+        for r in sorted(at_largest.values(), key=lambda r: r["time_ms"]):
+            rows.append(f"| {labels.get(r['rung'], r['rung'])} | {r['time_ms'] * 1e3:.1f} | {r['gbps']:.0f} | {r['gbps'] / ceiling:.0%} |")
+        head = f"\n\n{prov['gpu']}，n = {largest:,}，{record['results'][0]['dtype']}；设备内拷贝实测 {ceiling:.0f} GB/s。"
+    note = (head + f"驱动 {prov['driver']}，CUDA {prov['cuda_runtime']}，torch {prov['packages']['torch']}，"
             f"triton {prov['packages']['triton']}，{prov['date'][:10]}，提交 `{prov['commit'][:10]}`；"
             f"数据：`data/bench/{gpu}/{lab.replace('/', '-')}.json`（`{prov['command']}`）。")
     return "\n".join(rows) + note

@@ -1,0 +1,92 @@
+"""On a machine with an NVIDIA GPU: run every lab top to bottom in GPU mode and every CUDA listing.
+
+`python -m tools.gpu_check [--out DIR] [NB_OR_CU ...]` (`make gpu-check`)
+
+CI has no GPU, so the labs' GPU paths (larger sizes, PTX inspection, live timing) and the `.cu`
+listings' self-checks run here only. Each lab runs in its own process (a crash or a CUDA error in one
+does not hide the others); each `.cu` file is compiled with `nvcc -arch=sm_90` (or the GPU's own
+architecture) and its self-checking `main` must exit 0 and print PASS. A JSON summary with the GPU,
+driver and library versions is written to DIR/gpu-check.json; the exit status is 1 if anything failed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.__main__ import provenance  # noqa: E402
+from tools import labs  # noqa: E402
+
+
+def run_lab(path: Path, timeout: int) -> dict:
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "tools.labs", "plain", labs.rel(path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout, env={**os.environ, "MPLBACKEND": "Agg"})
+    return {"item": labs.rel(path), "ok": proc.returncode == 0, "seconds": round(time.perf_counter() - t0, 1),
+            "tail": (proc.stdout + proc.stderr)[-4000:]}
+
+
+def run_cuda(path: Path, arch: str, timeout: int) -> dict:
+    nvcc = shutil.which("nvcc")
+    item = path.relative_to(ROOT).as_posix()
+    if nvcc is None:
+        return {"item": item, "ok": False, "seconds": 0, "tail": "nvcc not found on this machine"}
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = Path(tmp) / "a.out"
+        build = subprocess.run([nvcc, "-O3", f"-arch={arch}", "-o", str(exe), str(path)],
+                               capture_output=True, text=True, timeout=timeout)
+        if build.returncode != 0:
+            return {"item": item, "ok": False, "seconds": 0, "tail": build.stderr[-4000:]}
+        proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=timeout)
+    out = proc.stdout + proc.stderr
+    return {"item": item, "ok": proc.returncode == 0 and "PASS" in out,
+            "seconds": round(time.perf_counter() - t0, 1), "tail": out[-4000:]}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.gpu_check", description=__doc__.splitlines()[0])
+    parser.add_argument("items", nargs="*", help="labs (notebooks/…/x.ipynb) and CUDA files (code/…/x.cu); default: all")
+    parser.add_argument("--out", default=str(ROOT / "test-results"), help="folder for gpu-check.json")
+    parser.add_argument("--timeout", type=int, default=300, help="seconds allowed for each lab or listing")
+    args = parser.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("python -m tools.gpu_check needs an NVIDIA GPU, and none is visible here; nothing was run.")
+        return 2
+    major, minor = torch.cuda.get_device_capability(0)
+    arch = f"sm_{major}{minor}"
+    items = [ROOT / i for i in args.items] or [*labs.iter_notebooks(), *sorted((ROOT / "code").rglob("*.cu"))]
+    results = []
+    for path in items:
+        try:
+            res = run_cuda(path, arch, args.timeout) if path.suffix == ".cu" else run_lab(path, args.timeout)
+        except subprocess.TimeoutExpired:
+            res = {"item": path.relative_to(ROOT).as_posix(), "ok": False, "seconds": args.timeout, "tail": "timed out"}
+        results.append(res)
+        print(f"{'PASS' if res['ok'] else 'FAIL'}  {res['seconds']:7.1f} s  {res['item']}", flush=True)
+        if not res["ok"]:
+            print("    " + res["tail"].replace("\n", "\n    "), flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    prov = provenance(torch, [])
+    prov["command"] = " ".join(["python -m tools.gpu_check", *args.items])
+    summary = {"provenance": prov, "arch": arch, "results": results}
+    (out / "gpu-check.json").write_text(json.dumps(summary, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    failed = [r["item"] for r in results if not r["ok"]]
+    print(f"\n{len(results) - len(failed)}/{len(results)} passed" + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
