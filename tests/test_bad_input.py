@@ -243,3 +243,13 @@ def test_bench_table_for_a_missing_record_names_the_fix():
     with pytest.raises(PluginError) as err:
         hooks._BENCH_TABLE.sub(hooks._bench_table, "<!-- bench-table: nvidia-h200/operator/no-such-lab -->")
     assert "operator-no-such-lab.json" in str(err.value) and "make bench" in str(err.value)
+
+
+def test_page_and_lab_at_the_same_url_fail_the_build(project_copy):
+    page = project_copy / "docs" / "operator" / "vector-add.md"
+    page.write_text(GOOD_FRONT.replace("示例页面", "向量加法"), encoding="utf-8")
+    result = build(project_copy / "mkdocs.yml", project_copy / "site", strict=True,
+                   env={"HANDBOOK_GIT_DATES": "false", "LABS_EXECUTE": "0"})
+    assert result.returncode != 0
+    assert "notebooks/operator/vector-add.ipynb and docs/operator/vector-add.md would both be published at /operator/vector-add/" in result.log
+    assert "rename the lab to operator/vector-add-lab.ipynb" in result.log

@@ -16,7 +16,7 @@ import os
 import re
 import shutil
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from urllib.parse import urlparse
 
 import yaml
@@ -91,20 +91,35 @@ def on_files(files, config):
     # laid out under one folder that mirrors notebooks/ (the executed copies are cached by key).
     render_dir = labs.CACHE_DIR / "render" if execute else labs.NOTEBOOKS
     _lab_sources.clear()
+    lab_files, clashes = [], []
     for nb in labs.iter_notebooks():
         src_uri = nb.relative_to(labs.NOTEBOOKS).as_posix()
+        _lab_sources[src_uri] = nb
+        lab_file = File(src_uri, src_dir=str(render_dir), dest_dir=config["site_dir"],
+                        use_directory_urls=config["use_directory_urls"])
+        # mkdocs-jupyter gives a lab the URL a Markdown page of the same name would get, and the
+        # later file silently overwrites the other: a page `reduce.md` beside a lab `reduce.ipynb`.
+        twin = PurePosixPath(src_uri).with_suffix("")
+        clash = files.get_file_from_path(f"{twin}.md") or files.get_file_from_path(f"{twin}/index.md")
+        if clash is not None:
+            clashes.append(f"{labs.rel(nb)} and {Path(config['docs_dir']).name}/{clash.src_uri} would both be published "
+                           f"at /{clash.url} and one would hide the other (fix: rename the lab to "
+                           f"{Path(src_uri).with_name(Path(src_uri).stem + '-lab.ipynb').as_posix()}, or the page)")
+        lab_files.append(lab_file)
+    if clashes:  # checked before any lab runs: executing them first would only delay the message
+        raise PluginError("\n".join(clashes))
+    for lab_file in lab_files:
         if execute:
+            nb = _lab_sources[lab_file.src_uri]
             try:
                 executed = labs.execute(nb)
             except labs.LabError as exc:
                 raise PluginError(str(exc)) from None
-            target = render_dir / src_uri
+            target = render_dir / lab_file.src_uri
             target.parent.mkdir(parents=True, exist_ok=True)
             if not target.exists() or target.read_bytes() != executed.read_bytes():
                 shutil.copyfile(executed, target)
-        _lab_sources[src_uri] = nb
-        files.append(File(src_uri, src_dir=str(render_dir), dest_dir=config["site_dir"],
-                          use_directory_urls=config["use_directory_urls"]))
+        files.append(lab_file)
     # The question bank's pages are generated from data/questions.yml (see tools/questions.py).
     try:
         bank = questions.load()
