@@ -253,3 +253,8 @@ def test_page_and_lab_at_the_same_url_fail_the_build(project_copy):
     assert result.returncode != 0
     assert "notebooks/operator/vector-add.ipynb and docs/operator/vector-add.md would both be published at /operator/vector-add/" in result.log
     assert "rename the lab to operator/vector-add-lab.ipynb" in result.log
+
+
+def test_unmeasured_bench_placeholder():
+    p = only(checks.check_text("docs/x.md", "前文\n\n<!-- bench-pending: nvidia-h200/operator/reduce-lab -->\n"), "bench-pending")
+    assert p.line == 3 and "make bench" in p.fix

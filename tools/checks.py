@@ -151,6 +151,9 @@ def check_text(name: str, text: str, line_offset: int = 0) -> list[Problem]:
                 ch = m.group()
                 problems.append(Problem(name, n, f"full-width '{ch}' (U+{ord(ch):04X}) at column {m.start() + 1} looks like ASCII",
                                         f"type the ASCII character '{unicodedata.normalize('NFKC', ch)}'"))
+            if "bench-pending:" in line:
+                problems.append(Problem(name, n, "placeholder `bench-pending`: the page promises a GPU table that was never measured",
+                                        "run `make bench` on that GPU, commit data/bench/<gpu>/<lab>.json and write `<!-- bench-table: gpu/section/lab -->`"))
             for m in (*REMOTE_IMG_MD.finditer(line), *REMOTE_IMG_HTML.finditer(line)):
                 problems.append(Problem(name, n, f"remote image {m.group(1)}: a page must not load anything from another host",
                                         "download the image (or redraw it as SVG/Mermaid), commit it beside the page and link it relatively"))
