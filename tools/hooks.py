@@ -210,6 +210,9 @@ def _foreign(url: str | None) -> bool:
 def on_page_content(html, page, config, files):
     if not _is_lab(page.file):
         return html
+    # A lab repeats its identifiers in every code cell, so on term frequency alone it outranks the
+    # page that explains the idea; halve its weight in the search index (the page links the lab).
+    page.meta.setdefault("search", {"boost": 0.5})
     # html.parser keeps the fragment as it is (lxml would move mkdocs-jupyter's <style> into a <head>).
     soup = BeautifulSoup(html, "html.parser")
     # nbconvert's template adds MathJax and Mermaid loaders from CDNs; the site uses its own KaTeX and Mermaid.
