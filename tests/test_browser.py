@@ -90,7 +90,7 @@ SEARCHES = [
     ("共享内存", "operator/memory-hierarchy/", 5),
     ("FlashAttention", "operator/flash-attention/", 3),
     ("ZeRO", "framework/", 1),
-    ("__syncthreads", "operator/reduce-lab/", 3),
+    ("__syncthreads", "operator/sort/", 3),
     ("访存密集型", "operator/roofline/", 3),
     ("张量并行", "framework/", 1),
     ("红黑树", "foundations/algorithms/", 1),

@@ -215,6 +215,14 @@ def on_page_content(html, page, config, files):
     page.meta.setdefault("search", {"boost": 0.5})
     # html.parser keeps the fragment as it is (lxml would move mkdocs-jupyter's <style> into a <head>).
     soup = BeautifulSoup(html, "html.parser")
+    # Index a lab's prose and outputs but not its code: the code cells (and their hidden copies for
+    # the copy button) were 44 % of the search index, which every page prefetches. Material's
+    # indexer skips an element marked `data-search-exclude` and strips the mark afterwards; the mark
+    # goes on the innermost elements, because its parser forgets the mark at the first nested
+    # closing tag of the same name (a marked <div> stops being skipped at its first inner </div>).
+    for el in soup.select("div.jp-CodeCell div.jp-InputArea pre, div.jp-CodeCell div.clipboard-copy-txt, "
+                          "div.jp-InputPrompt, div.jp-OutputPrompt"):
+        el["data-search-exclude"] = "true"
     # nbconvert's template adds MathJax and Mermaid loaders from CDNs; the site uses its own KaTeX and Mermaid.
     for script in soup.find_all("script"):
         text = script.string or ""
