@@ -58,6 +58,16 @@ def test_search_index_is_segmented_with_jieba_and_the_user_dictionary(site):
     assert "stemmer" not in index["config"]["pipeline"]
 
 
+def test_search_indexes_a_labs_prose_and_outputs_but_not_its_code(site):
+    index = json.loads((site / "search" / "search_index.json").read_text(encoding="utf-8"))
+    lab = " ".join(d["text"] for d in index["docs"] if d["location"].startswith("operator/vector-add/"))
+    assert "网格跨步" in lab.replace("\u200b", ""), "the lab's prose is missing from the search index"
+    assert "LAB_PACKAGES" not in lab and "def vector_add_triton" not in lab, "the lab's code is in the search index"
+    assert "Copied!" not in lab and "In [" not in lab
+    html = (site / "operator" / "vector-add" / "index.html").read_text(encoding="utf-8")
+    assert "LAB_PACKAGES" in html and "data-search-exclude" not in html  # still on the page; the mark is gone
+
+
 def test_pages_reference_no_other_host(site):
     """Scripts, styles, images and fonts all come from the site itself (links to other sites are fine)."""
     foreign = [p for p in checks.check_site(site) if "from another host" in p.message]

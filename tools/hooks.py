@@ -221,7 +221,7 @@ def on_page_content(html, page, config, files):
     # goes on the innermost elements, because its parser forgets the mark at the first nested
     # closing tag of the same name (a marked <div> stops being skipped at its first inner </div>).
     for el in soup.select("div.jp-CodeCell div.jp-InputArea pre, div.jp-CodeCell div.clipboard-copy-txt, "
-                          "div.jp-InputPrompt, div.jp-OutputPrompt"):
+                          "div.jp-InputPrompt, div.jp-OutputPrompt, div.jp-CodeCell span.notice, span.cell-tag"):
         el["data-search-exclude"] = "true"
     # nbconvert's template adds MathJax and Mermaid loaders from CDNs; the site uses its own KaTeX and Mermaid.
     for script in soup.find_all("script"):
