@@ -35,8 +35,10 @@ node_modules/.installed: package.json package-lock.json
 
 setup: $(BIN)/.installed node_modules/.installed
 
+# Labs missing from the execution cache are shown unexecuted (with a banner) and executed in the
+# background; each page switches to its executed version when it is ready.
 serve: setup
-	NO_MKDOCS_2_WARNING=1 SITE_URL=http://$(HOST):$(PORT)/ $(BIN)/mkdocs serve --dev-addr $(HOST):$(PORT) --livereload
+	LABS_EXECUTE=background NO_MKDOCS_2_WARNING=1 SITE_URL=http://$(HOST):$(PORT)/ $(BIN)/mkdocs serve --dev-addr $(HOST):$(PORT) --livereload
 
 build: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict

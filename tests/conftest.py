@@ -15,7 +15,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 MKDOCS = [sys.executable, "-m", "mkdocs"]
-BUILD_ENV = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+# The test build runs the labs in CPU mode (as CI has no GPU) and the lab tests read that build's
+# executions instead of running every lab a second time.
+BUILD_ENV = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "LAB_FORCE_CPU": "1"}
 
 
 class Build:

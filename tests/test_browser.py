@@ -139,6 +139,30 @@ def test_search_finds_the_right_page(visit, query, expected, rank):
     assert not v.foreign() and not v.errors
 
 
+@pytest.mark.parametrize("how", ["click", "shortcut"])
+def test_search_index_is_fetched_only_when_search_is_used(visit, how):
+    """No page load requests the index (tools/hooks.py _patch_lazy_search); using search does."""
+    v = visit("operator/")
+    v.page.wait_for_timeout(500)
+    assert not [u for u in v.requests if "search_index" in u], "the page fetched the search index before search was used"
+    if how == "click":
+        v.page.locator(".md-search__input").click()
+    else:
+        v.page.locator("body").press("/")  # Material's search shortcut
+    v.page.wait_for_function("document.activeElement && document.activeElement.matches('.md-search__input')")
+    v.page.wait_for_timeout(100)
+    assert len([u for u in v.requests if u.endswith("search/search_index.json")]) == 1
+    v.page.keyboard.type("NCCL", delay=20)
+    v.page.wait_for_selector(".md-search-result__item", timeout=10_000)
+    assert not v.foreign() and not v.errors
+
+
+def test_search_deep_link_loads_the_index_at_once(visit):
+    v = visit("?q=FlashAttention")
+    v.page.wait_for_selector(".md-search-result__item", timeout=10_000)
+    assert any(u.endswith("search/search_index.json") for u in v.requests)
+
+
 @pytest.mark.parametrize("path", ["", "stack/", "hardware/", "operator/", "operator/vector-add/", "resources/tags/"])
 def test_page_loads_nothing_from_other_hosts_and_logs_no_errors(visit, path):
     v = visit(path)
@@ -146,26 +170,41 @@ def test_page_loads_nothing_from_other_hosts_and_logs_no_errors(visit, path):
     assert not v.errors, f"/{path} logged console errors: {v.errors}"
 
 
-def test_math_renders_with_the_self_hosted_katex(visit):
+def test_math_is_typeset_at_build_time_and_needs_no_script(visit):
     v = visit("hardware/")
-    count = v.page.evaluate("document.querySelectorAll('.arithmatex').length")
-    rendered = v.page.evaluate("[...document.querySelectorAll('.arithmatex')].filter(e => e.querySelector('.katex')).length")
-    assert count > 0 and rendered == count, f"{rendered} of {count} formulas rendered"
-    raw = v.page.evaluate(r"[...document.querySelectorAll('.arithmatex')].filter(e => /\\\(|\\\[/.test(e.innerText)).length")
+    count = v.page.evaluate("document.querySelectorAll('.math-static').length")
+    typeset = v.page.evaluate("[...document.querySelectorAll('.math-static')].filter(e => e.querySelector('.katex')).length")
+    assert count > 0 and typeset == count, f"{typeset} of {count} formulas typeset"
+    assert v.page.evaluate("document.querySelectorAll('.arithmatex').length") == 0, "a formula was left for the browser"
+    raw = v.page.evaluate(r"[...document.querySelectorAll('.math-static')].filter(e => /\\\(|\\\[/.test(e.innerText)).length")
     assert raw == 0, "raw TeX is visible"
-    assert any("/assets/vendor/katex/katex.min.js" in u for u in v.requests)
+    assert not any("katex.min.js" in u for u in v.requests), "a page whose math is typeset loaded KaTeX's script"
+    assert any("/assets/vendor/katex/katex.min.css" in u for u in v.requests)
     assert any(u.endswith(".woff2") and "/assets/vendor/katex/fonts/" in u for u in v.requests)
+    # the glyphs are drawn in KaTeX's font, not a fallback
+    family = v.page.evaluate("getComputedStyle(document.querySelector('.math-static .katex')).fontFamily")
+    assert "KaTeX" in family
 
 
-def test_mermaid_diagrams_render_with_the_self_hosted_mermaid(visit):
-    v = visit("stack/")
-    # Material renders each diagram into a closed shadow root on a div.mermaid; an empty or
-    # failed diagram has no height.
-    v.page.wait_for_function("document.querySelectorAll('div.mermaid').length > 0", timeout=20_000)
-    heights = v.page.evaluate("[...document.querySelectorAll('div.mermaid')].map(e => e.getBoundingClientRect().height)")
+def _label_colour(v):
+    return v.page.evaluate("""() => {
+        const label = document.querySelector('.mermaid-static svg .nodeLabel, .mermaid-static svg text');
+        return getComputedStyle(label).color + '|' + getComputedStyle(label).fill;
+    }""")
+
+
+def test_mermaid_diagrams_are_inline_svg_legible_in_both_schemes(visit):
+    v = visit("stack/", color_scheme="light")
+    heights = v.page.evaluate("[...document.querySelectorAll('.mermaid-static svg')].map(e => e.getBoundingClientRect().height)")
     assert heights and all(h > 50 for h in heights), heights
     assert v.page.locator("pre.mermaid").count() == 0, "a diagram was left unrendered"
-    assert any("/assets/vendor/mermaid/mermaid.esm.min.mjs" in u for u in v.requests)
+    assert not any("mermaid" in u for u in v.requests), "a page with pre-rendered diagrams loaded Mermaid"
+    assert v.page.evaluate("document.querySelectorAll('.mermaid-static svg .nodeLabel, .mermaid-static svg text').length") > 3
+    light = _label_colour(v)
+    dark_visit = visit("stack/", color_scheme="dark")
+    dark_visit.page.evaluate("document.body.setAttribute('data-md-color-scheme', 'slate')")
+    dark = _label_colour(dark_visit)
+    assert light != dark, "diagram labels keep one colour in both schemes, so one of them is unreadable"
 
 
 def test_lab_page_shows_executed_outputs_and_working_buttons(visit, server):
@@ -296,7 +335,7 @@ def _break(project, how):
         cfg = project / "mkdocs.yml"
         cfg.write_text(cfg.read_text(encoding="utf-8").replace(
             "extra_javascript:\n", "extra_javascript:\n  - https://cdn.jsdelivr.net/npm/example@1/x.min.js\n"), encoding="utf-8")
-    elif how == "no-mermaid":
+    elif how == "no-mermaid":  # the browser-side fallback (builds without Chromium) with its loader removed
         main = project / "overrides" / "main.html"
         text = main.read_text(encoding="utf-8")
         broken = text.replace("{% if 'class=\"mermaid\"' in page.content %}", "{% if false %}")
@@ -313,7 +352,7 @@ def test_browser_assertions_fail_on_a_deliberately_broken_build(browser, project
     from conftest import build
 
     _break(project_copy, how)
-    env = {"HANDBOOK_GIT_DATES": "false", "LABS_EXECUTE": "0"}
+    env = {"HANDBOOK_GIT_DATES": "false", "LABS_EXECUTE": "0", "HANDBOOK_DIAGRAMS": "client"}
     if how == "no-jieba":
         env["PYTHONPATH"] = str(project_copy / "no-jieba")
     result = build(project_copy / "mkdocs.yml", project_copy / "site", strict=False, env=env)

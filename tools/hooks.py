@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tools import labs, questions  # noqa: E402
+from tools import diagrams, katex_static, labs, questions  # noqa: E402
 
 log = logging.getLogger("mkdocs.plugins.handbook")
 
@@ -47,6 +47,7 @@ VENDOR = [  # (file or folder under node_modules, destination under the site)
 ]
 _slug = slugify(case="lower")
 _lab_sources: dict[str, Path] = {}
+_diagrams: diagrams.Renderer | None = None
 
 
 def _is_lab(file) -> bool:
@@ -84,13 +85,27 @@ def _glossary_page(terms: list[dict]) -> str:
         "新增术语请改那个文件。", "", "| 缩写 | 英文 | 中文 |", "|---|---|---|", *rows, ""])
 
 
+_pending_labs: dict[str, str] = {}  # src_uri -> why the page shows the lab without outputs
+
+
+def _lab_policy() -> str:
+    """LABS_EXECUTE: '1' (default) executes every lab missing from the cache before the build goes on,
+    several at a time; 'background' (make serve) shows the cached ones executed and the others
+    unexecuted with a banner while they run in the background; '0' executes none."""
+    value = os.environ.get("LABS_EXECUTE", "1")
+    if value not in ("0", "1", "background"):
+        raise PluginError(f"LABS_EXECUTE={value!r} is not one of 1, 0, background (fix: unset it, or use one of those)")
+    return value
+
+
 @event_priority(50)  # before mkdocs-jupyter wraps .ipynb files (priority 0)
 def on_files(files, config):
-    execute = os.environ.get("LABS_EXECUTE", "1") != "0"
-    # mkdocs-jupyter wraps Files and reads abs_src_path through src_dir, so executed labs are
-    # laid out under one folder that mirrors notebooks/ (the executed copies are cached by key).
-    render_dir = labs.CACHE_DIR / "render" if execute else labs.NOTEBOOKS
+    policy = _lab_policy()
+    # mkdocs-jupyter wraps Files and reads abs_src_path through src_dir, so every lab is laid out
+    # under one folder that mirrors notebooks/: the executed copy, or the source while it is pending.
+    render_dir = labs.CACHE_DIR / "render"
     _lab_sources.clear()
+    _pending_labs.clear()
     lab_files, clashes = [], []
     for nb in labs.iter_notebooks():
         src_uri = nb.relative_to(labs.NOTEBOOKS).as_posix()
@@ -108,17 +123,36 @@ def on_files(files, config):
         lab_files.append(lab_file)
     if clashes:  # checked before any lab runs: executing them first would only delay the message
         raise PluginError("\n".join(clashes))
+    sources = [_lab_sources[f.src_uri] for f in lab_files]
+    executed: dict[Path, Path] = {}
+    if policy == "1":
+        for nb, result in labs.execute_many(sources).items():
+            if isinstance(result, labs.LabError):
+                raise PluginError(str(result))
+            executed[nb] = result
+    else:
+        runner = labs.background() if policy == "background" else None
+        for nb in sources:
+            hit = labs.cached(nb)
+            if hit is not None:
+                executed[nb] = hit
+            elif runner is not None:
+                runner.submit(nb)
+                failure = runner.failed.get(nb)
+                _pending_labs[labs.rel(nb)] = (
+                    f"后台执行失败：{failure.splitlines()[0]}" if failure else
+                    "预览服务器正在后台执行它，完成后页面会自动刷新，换成带输出的版本。")
+            else:
+                _pending_labs[labs.rel(nb)] = "这次构建没有执行实验（LABS_EXECUTE=0）。"
     for lab_file in lab_files:
-        if execute:
-            nb = _lab_sources[lab_file.src_uri]
-            try:
-                executed = labs.execute(nb)
-            except labs.LabError as exc:
-                raise PluginError(str(exc)) from None
-            target = render_dir / lab_file.src_uri
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if not target.exists() or target.read_bytes() != executed.read_bytes():
-                shutil.copyfile(executed, target)
+        nb = _lab_sources[lab_file.src_uri]
+        shown = executed.get(nb, nb)
+        target = render_dir / lab_file.src_uri
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists() or target.read_bytes() != shown.read_bytes():
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")  # builds may run side by side
+            shutil.copyfile(shown, tmp)
+            tmp.replace(target)
         files.append(lab_file)
     # The question bank's pages are generated from data/questions.yml (see tools/questions.py).
     try:
@@ -207,14 +241,45 @@ def _foreign(url: str | None) -> bool:
     return bool(url) and bool(urlparse(url).netloc or url.startswith("//"))
 
 
+def _static_diagrams(html: str, page) -> str:
+    """Mermaid fences become inline SVG rendered at build time (tools/diagrams.py)."""
+    global _diagrams
+    if 'class="mermaid"' not in html:
+        return html
+    if _diagrams is None:
+        _diagrams = diagrams.Renderer()
+        if not _diagrams.enabled:
+            log.info("no Chromium: Mermaid diagrams are rendered in the reader's browser "
+                     "(install Debian's chromium, or set CHROMIUM, to inline them as SVG at build time)")
+    if not _diagrams.enabled:
+        return html
+    where = labs.rel(_lab_sources[page.file.src_uri]) if page.file.src_uri in _lab_sources else f"docs/{page.file.src_uri}"
+    try:
+        return _diagrams.replace_fences(html, where)
+    except diagrams.DiagramError as exc:
+        raise PluginError(str(exc)) from None
+
+
 def on_page_content(html, page, config, files):
+    html = _static_diagrams(html, page)
     if not _is_lab(page.file):
+        if katex_static.enabled():
+            try:
+                html = katex_static.render_page(html, f"docs/{page.file.src_uri}")
+            except katex_static.MathError as exc:
+                raise PluginError(str(exc)) from None
         return html
     # A lab repeats its identifiers in every code cell, so on term frequency alone it outranks the
     # page that explains the idea; halve its weight in the search index (the page links the lab).
     page.meta.setdefault("search", {"boost": 0.5})
     # html.parser keeps the fragment as it is (lxml would move mkdocs-jupyter's <style> into a <head>).
     soup = BeautifulSoup(html, "html.parser")
+    why = _pending_labs.get(labs.rel(_lab_sources[page.file.src_uri]))
+    if why is not None:  # shown without outputs: say so at the top, never pass it off as executed
+        banner = BeautifulSoup('<div class="admonition warning lab-pending"><p class="admonition-title">'
+                               '本实验尚未执行，下面只有代码，没有输出</p><p></p></div>', "html.parser")
+        banner.find_all("p")[1].string = why
+        soup.insert(0, banner)
     # Index a lab's prose and outputs but not its code: the code cells (and their hidden copies for
     # the copy button) were 44 % of the search index, which every page prefetches. Material's
     # indexer skips an element marked `data-search-exclude` and strips the mark afterwards; the mark
@@ -292,6 +357,33 @@ def _patch_search_worker(site_dir: Path) -> None:
     workers[0].write_text(text.replace(_SEGMENT_BUG, _SEGMENT_FIX), encoding="utf-8")
 
 
+# Material fetches the whole search index on every page load (its bundle creates the index
+# observable eagerly, and search highlighting subscribes to it at once). The index is the
+# heaviest thing a page would load, and most readers never search, so the bundle is rewritten to
+# take the index from window.__handbookSearchIndex() (overrides/main.html), a promise that starts
+# the request only when the search box gets focus or the search toggle opens. The file: protocol
+# keeps Material's own loader. The pattern is asserted, so an upgrade that changes it fails loudly;
+# tests/test_browser.py asserts that no page requests the index before search is used.
+_LAZY_INDEX = re.compile(r'(\w+)=document\.forms\.namedItem\("search"\)\?(\w+)\(\):(\w+)')
+
+
+def _patch_lazy_search(site_dir: Path) -> None:
+    bundles = sorted((site_dir / "assets" / "javascripts").glob("bundle.*.min.js"))
+    if len(bundles) != 1:
+        raise PluginError(f"expected one Material bundle, found {len(bundles)}: re-check _patch_lazy_search in tools/hooks.py")
+    text = bundles[0].read_text(encoding="utf-8")
+    if "window.__handbookSearchIndex()" in text:  # a dirty rebuild kept the patched copy
+        return
+    matches = _LAZY_INDEX.findall(text)
+    if len(matches) != 1:
+        raise PluginError("Material's bundle changed: the search index is no longer created by the expression "
+                          "_patch_lazy_search rewrites, so every page would fetch the whole index again. Find how "
+                          "the new bundle loads search/search_index.json, then update _LAZY_INDEX in tools/hooks.py")
+    text = _LAZY_INDEX.sub(lambda m: (f'{m[1]}=document.forms.namedItem("search")?(location.protocol==="file:"||'
+                                      f'!window.__handbookSearchIndex?{m[2]}():window.__handbookSearchIndex()):{m[3]}'), text)
+    bundles[0].write_text(text, encoding="utf-8")
+
+
 def _compact_search_index(site_dir: Path) -> None:
     """Material writes the index with every CJK character escaped as a 6-byte ASCII sequence;
     the same JSON in UTF-8 is about 40 % smaller raw and 10 % smaller gzip-compressed."""
@@ -303,9 +395,24 @@ def _compact_search_index(site_dir: Path) -> None:
         index.write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
 
 
+def on_build_error(error):
+    _close_diagrams()
+
+
+def _close_diagrams():
+    global _diagrams
+    if _diagrams is not None:
+        if _diagrams.rendered:
+            log.info(f"rendered {_diagrams.rendered} Mermaid diagram(s) to SVG (cached in {labs.rel(diagrams.CACHE)})")
+        _diagrams.close()
+    _diagrams = None
+
+
 @event_priority(-100)  # after the search plugin has written its index
 def on_post_build(config):
+    _close_diagrams()
     _patch_search_worker(Path(config["site_dir"]))
+    _patch_lazy_search(Path(config["site_dir"]))
     _compact_search_index(Path(config["site_dir"]))
     # The download button serves the clean source (no outputs), like the Colab button.
     for src_uri, nb in _lab_sources.items():
@@ -314,7 +421,17 @@ def on_post_build(config):
         shutil.copyfile(nb, page_dir / nb.name)
 
 
+def on_shutdown():
+    # `make serve` stopped: labs still queued for the background are dropped (a running one finishes).
+    if labs._background is not None:
+        labs._background.pool.shutdown(wait=False, cancel_futures=True)
+
+
 def on_serve(server, config, builder):
     for folder in ("notebooks", "data", "tools", "overrides"):
         server.watch(str(ROOT / folder))
+    # a lab executed in the background (LABS_EXECUTE=background) writes here when it is done
+    done = labs.CACHE_DIR / "done"
+    done.mkdir(parents=True, exist_ok=True)
+    server.watch(str(done))
     return server

@@ -10,6 +10,8 @@ import json
 import os
 import platform
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,13 +154,40 @@ def run_plain(path: Path) -> dict:
         os.chdir(cwd)
 
 
+_MODE: str | None = None
+
+
+def lab_mode() -> str:
+    """'gpu' or 'cpu', decided as the setup cell decides it (LAB_FORCE_CPU=1, or no working nvidia-smi)."""
+    global _MODE
+    if os.environ.get("LAB_FORCE_CPU") == "1":
+        return "cpu"
+    if _MODE is None:
+        import shutil
+        import subprocess
+
+        smi = shutil.which("nvidia-smi")
+        probe = subprocess.run([smi, "-L"], capture_output=True, text=True) if smi else None
+        _MODE = "gpu" if probe is not None and probe.returncode == 0 and "GPU" in probe.stdout else "cpu"
+    return _MODE
+
+
 def cache_key(path: Path) -> str:
-    """Changes when the notebook, the lock file (the environment) or the interpreter changes."""
+    """Changes when the notebook, the lock file (the environment), the interpreter or the mode changes.
+
+    The mode is the one the lab will really run in, so a build and the tests on a machine without
+    a GPU share one execution whether or not LAB_FORCE_CPU is set."""
     h = hashlib.sha256()
     h.update(path.read_bytes())
     h.update(LOCK_FILE.read_bytes() if LOCK_FILE.exists() else b"no-lock")
-    h.update(f"{sys.version}|{platform.machine()}|cpu={os.environ.get('LAB_FORCE_CPU', '')}".encode())
+    h.update(f"{sys.version}|{platform.machine()}|mode={lab_mode()}".encode())
     return h.hexdigest()[:24]
+
+
+def cached(path: Path) -> Path | None:
+    """The executed copy of the lab as it is now, if the cache has one."""
+    out = CACHE_DIR / f"{path.stem}-{cache_key(path)}.ipynb"
+    return out if out.exists() else None
 
 
 class LabError(RuntimeError):
@@ -175,11 +204,14 @@ def execute(path: Path, *, use_cache: bool = True) -> Path:
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
+    import time
+
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     out = CACHE_DIR / f"{path.stem}-{cache_key(path)}.ipynb"
     if use_cache and out.exists():
         return out
     nb = nbformat.read(path, as_version=4)
+    start = time.monotonic()
     client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", allow_errors=False,
                             resources={"metadata": {"path": str(path.parent)}})
     try:
@@ -194,12 +226,84 @@ def execute(path: Path, *, use_cache: bool = True) -> Path:
         raise LabError(f"{rel(path)}: {where} failed while executing the lab:\n{tail}\n"
                        f"    fix: run it locally with `make lab NB={rel(path)}` and make every cell pass "
                        f"in CPU mode (LAB_FORCE_CPU=1)") from None
+    # How long it took and in which mode, for the tests (which read the build's execution instead
+    # of running every lab a second time) and for the README's lab-time figures.
+    nb.metadata["handbook"] = {"execution_seconds": round(time.monotonic() - start, 2), "mode": lab_mode(),
+                               "cpu_count": os.cpu_count()}
     for stale in CACHE_DIR.glob(f"{path.stem}-*.ipynb"):
-        stale.unlink()
-    tmp = out.with_suffix(".tmp")
+        if stale != out:
+            stale.unlink(missing_ok=True)
+    tmp = out.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
     nbformat.write(nb, tmp)
     tmp.replace(out)
     return out
+
+
+def jobs() -> int:
+    """Labs executed at once: HANDBOOK_LAB_JOBS, else one per core (each lab is its own kernel process)."""
+    return max(1, int(os.environ.get("HANDBOOK_LAB_JOBS") or os.cpu_count() or 1))
+
+
+def execute_many(paths: list[Path], *, use_cache: bool = True) -> dict[Path, Path | LabError]:
+    """Execute labs in parallel (jobs() at a time); each result is the executed copy or the LabError."""
+    def one(p: Path):
+        try:
+            return p, execute(p, use_cache=use_cache)
+        except LabError as exc:
+            return p, exc
+
+    if len(paths) <= 1 or jobs() == 1:
+        return dict(one(p) for p in paths)
+    with ThreadPoolExecutor(max_workers=jobs(), thread_name_prefix="lab") as pool:
+        return dict(pool.map(one, paths))
+
+
+class Background:
+    """Executes labs missing from the cache while `make serve` already shows the site.
+
+    One instance per process (this module is imported once, while MkDocs reloads the hooks on every
+    rebuild). When a lab finishes, a file under CACHE_DIR/done/ is written; the preview server
+    watches that folder and rebuilds, and the rebuild finds the lab in the cache."""
+
+    def __init__(self):
+        self.pool = ThreadPoolExecutor(max_workers=jobs(), thread_name_prefix="lab-bg")
+        self.pending: set[Path] = set()
+        self.failed: dict[Path, str] = {}
+        self.lock = threading.Lock()
+
+    def submit(self, path: Path) -> None:
+        with self.lock:
+            if path in self.pending:
+                return
+            self.pending.add(path)
+        self.pool.submit(self._run, path)
+
+    def _run(self, path: Path) -> None:
+        try:
+            execute(path)
+            self.failed.pop(path, None)
+        except LabError as exc:
+            self.failed[path] = str(exc)
+            print(f"ERROR   -  {exc}", file=sys.stderr, flush=True)
+        except Exception as exc:  # never let a background failure vanish silently
+            self.failed[path] = repr(exc)
+            print(f"ERROR   -  {rel(path)}: {exc!r}", file=sys.stderr, flush=True)
+        finally:
+            with self.lock:
+                self.pending.discard(path)
+            done = CACHE_DIR / "done"
+            done.mkdir(parents=True, exist_ok=True)
+            (done / f"{path.stem}.done").write_text(cache_key(path), encoding="utf-8")
+
+
+_background: Background | None = None
+
+
+def background() -> Background:
+    global _background
+    if _background is None:
+        _background = Background()
+    return _background
 
 
 def main(argv: list[str]) -> int:
@@ -217,9 +321,14 @@ def main(argv: list[str]) -> int:
             print(pr)
         return 1 if problems else 0
     if cmd == "run":
-        for p in paths:
-            print(f"executed {rel(p)} -> {rel(execute(p, use_cache=False))}")
-        return 0
+        failed = 0
+        for p, result in execute_many(paths, use_cache=False).items():
+            if isinstance(result, LabError):
+                failed += 1
+                print(result)
+            else:
+                print(f"executed {rel(p)} -> {rel(result)}")
+        return 1 if failed else 0
     if cmd == "plain":
         for p in paths:
             run_plain(p)

@@ -1,0 +1,101 @@
+"""The parts of the build that keep the site light and the preview fast: labs executed in parallel and
+in the background, diagrams and math rendered at build time, and the errors each gives on bad input."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from conftest import build
+from tools import diagrams, katex_static, labs
+
+
+def _tiny_lab(path, marker: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({
+        "cells": [{"cell_type": "markdown", "id": "t", "metadata": {}, "source": "# 实验：小实验"},
+                  {"cell_type": "code", "id": "c", "metadata": {}, "outputs": [], "execution_count": None,
+                   "source": f"x = sum(range(10))\nassert x == 45\nprint('{marker}', x)"}],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        "nbformat": 4, "nbformat_minor": 5}, ensure_ascii=False), encoding="utf-8")
+
+
+def test_labs_run_side_by_side_and_record_their_time(tmp_path, monkeypatch):
+    monkeypatch.setattr(labs, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setenv("HANDBOOK_LAB_JOBS", "2")
+    monkeypatch.setenv("LAB_FORCE_CPU", "1")
+    paths = [tmp_path / "notebooks" / "x" / f"lab-{i}.ipynb" for i in range(2)]
+    for i, p in enumerate(paths):
+        _tiny_lab(p, f"marker-{i}")
+    results = labs.execute_many(paths)
+    for i, p in enumerate(paths):
+        nb = json.loads(results[p].read_text(encoding="utf-8"))
+        assert nb["metadata"]["handbook"]["mode"] == "cpu" and nb["metadata"]["handbook"]["execution_seconds"] > 0
+        assert f"marker-{i} 45" in "".join(nb["cells"][1]["outputs"][0]["text"])
+        assert labs.cached(p) == results[p]
+
+
+def test_a_failing_lab_among_parallel_ones_is_reported_with_its_name(tmp_path, monkeypatch):
+    monkeypatch.setattr(labs, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setenv("LAB_FORCE_CPU", "1")
+    good, bad = tmp_path / "notebooks" / "x" / "good.ipynb", tmp_path / "notebooks" / "x" / "bad.ipynb"
+    _tiny_lab(good, "ok")
+    _tiny_lab(bad, "ok")
+    bad.write_text(bad.read_text(encoding="utf-8").replace("x == 45", "x == 46"), encoding="utf-8")
+    results = labs.execute_many([good, bad])
+    assert isinstance(results[bad], labs.LabError) and "bad.ipynb" in str(results[bad]) and "make lab NB=" in str(results[bad])
+    assert not isinstance(results[good], labs.LabError)
+
+
+def test_preview_shows_a_pending_lab_with_a_banner_then_its_outputs(project_copy, tmp_path):
+    """`make serve` (LABS_EXECUTE=background): the first build does not wait for labs."""
+    shutil.rmtree(project_copy / "notebooks")
+    _tiny_lab(project_copy / "notebooks" / "operator" / "vector-add.ipynb", "背景执行完成")
+    env = {"HANDBOOK_GIT_DATES": "false", "LABS_EXECUTE": "background", "HANDBOOK_LABS_CACHE": str(tmp_path / "labs")}
+    first = build(project_copy / "mkdocs.yml", project_copy / "site", strict=False, env=env)
+    assert first.returncode == 0, first.log[-2000:]
+    page = (first.site / "operator" / "vector-add" / "index.html").read_text(encoding="utf-8")
+    assert "lab-pending" in page and "本实验尚未执行" in page and "背景执行完成 45" not in page
+    # the build process finished the background execution before it exited; the next build uses it
+    assert list((tmp_path / "labs" / "done").glob("vector-add.done"))
+    second = build(project_copy / "mkdocs.yml", project_copy / "site2", strict=False, env=env)
+    page = (second.site / "operator" / "vector-add" / "index.html").read_text(encoding="utf-8")
+    assert "lab-pending" not in page and "背景执行完成 45" in page
+
+
+def test_an_unknown_lab_policy_is_refused(project_copy):
+    result = build(project_copy / "mkdocs.yml", project_copy / "site", strict=False,
+                   env={"HANDBOOK_GIT_DATES": "false", "LABS_EXECUTE": "sometimes"})
+    assert result.returncode != 0 and "LABS_EXECUTE='sometimes' is not one of 1, 0, background" in result.log
+
+
+@pytest.mark.skipif(diagrams.chromium() is None, reason="no Chromium: diagrams are rendered in the browser instead")
+def test_diagrams_become_inline_svg_and_a_broken_one_names_its_page(tmp_path, monkeypatch):
+    monkeypatch.setattr(diagrams, "CACHE", tmp_path / "diagrams")
+    renderer = diagrams.Renderer()
+    try:
+        html = renderer.replace_fences('<p>x</p><pre class="mermaid"><code>flowchart LR\n  A[甲] --&gt; B[乙]</code></pre>',
+                                       "docs/x.md")
+        assert '<div class="mermaid mermaid-static" role="img"><svg' in html and "甲" in html and "乙" in html
+        assert "var(--md-mermaid-" in html, "the SVG must take its colours from the palette (light and dark)"
+        assert renderer.rendered == 1 and len(list((tmp_path / "diagrams").glob("*.svg"))) == 1
+        renderer.replace_fences('<pre class="mermaid"><code>flowchart LR\n  A[甲] --&gt; B[乙]</code></pre>', "docs/y.md")
+        assert renderer.rendered == 1, "an unchanged diagram was rendered again instead of read from the cache"
+        with pytest.raises(diagrams.DiagramError) as err:
+            renderer.replace_fences('<pre class="mermaid"><code>flowchart LR\n  A[甲 --&gt; </code></pre>', "docs/bad.md")
+        assert "docs/bad.md" in str(err.value) and "fix:" in str(err.value)
+    finally:
+        renderer.close()
+
+
+@pytest.mark.skipif(not katex_static.enabled(), reason="no node: math is typeset in the browser instead")
+def test_math_is_typeset_at_build_time_and_bad_tex_names_its_page(tmp_path, monkeypatch):
+    monkeypatch.setattr(katex_static, "CACHE", tmp_path / "math")
+    out = katex_static.render_page('<p><span class="arithmatex">\\(a^2 + b^2\\)</span></p>'
+                                   '<div class="arithmatex">\\[\\frac{1}{\\sqrt{d_k}}\\]</div>', "docs/x.md")
+    assert out.count('class="katex"') == 1 and out.count('class="katex-display"') == 1
+    assert "arithmatex" not in out and "<math" in out, "screen readers need the MathML KaTeX adds"
+    with pytest.raises(katex_static.MathError) as err:
+        katex_static.render_page('<span class="arithmatex">\\(\\frac{1}{\\)</span>', "docs/bad.md")
+    assert "docs/bad.md" in str(err.value) and "\\frac{1}{" in str(err.value) and "fix:" in str(err.value)
