@@ -8,18 +8,20 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: help setup serve build test check fix labs-sync lab bench gpu-check bench-site coverage lock clean
+.PHONY: help setup serve build pdf test check fix labs-sync lab bench gpu-check bench-site coverage lock clean
 help:
 	@echo "make serve      preview at http://$(HOST):$(PORT)/ with live reload (sets everything up)"
 	@echo "make test       all checks and tests"
 	@echo "make build      strict production build into site/"
+	@echo "make pdf        the offline edition: every page on one page (site/print_page/) and site/handbook.pdf"
 	@echo "make check      source checks only (front matter, names, typography, labs), no build"
 	@echo "make fix        rewrite Chinese-English typography with autocorrect"
 	@echo "make labs-sync  regenerate every lab's setup cell from tools/lab_setup.py, strip outputs"
 	@echo "make lab NB=notebooks/<section>/<slug>.ipynb   execute one lab in a fresh kernel"
 	@echo "make bench      time the labs' kernels on an NVIDIA GPU, write data/bench/<gpu>/*.json"
 	@echo "make gpu-check  on an NVIDIA GPU: every lab in GPU mode, every .cu listing compiled and run"
-	@echo "make bench-site build and rebuild times, search latency, page weights (needs chromium)"
+	@echo "make bench-site build and rebuild times, search latency, page weights (needs chromium);"
+	@echo "                SCALE=1 measures a generated copy with 200 pages and 60 labs (tools/scale.py)"
 	@echo "make coverage   answered/total questions of the question bank per layer, and the unanswered ones"
 	@echo "make lock       re-resolve requirements.in into the hashed requirements.txt"
 
@@ -43,6 +45,9 @@ serve: setup
 build: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
+pdf: setup
+	$(BIN)/python -m tools.pdf site
+
 check: setup
 	$(BIN)/python -m tools.checks source
 
@@ -65,7 +70,7 @@ gpu-check: setup
 	$(BIN)/python -m tools.gpu_check
 
 bench-site: setup
-	$(BIN)/python -m tools.sitebench
+	$(BIN)/python -m tools.sitebench $(if $(SCALE),--scale)
 
 coverage: setup
 	$(BIN)/python -m tools.questions coverage

@@ -88,12 +88,14 @@ class Renderer:
         self._browser = self._pw.chromium.launch(executable_path=self.exe, args=CHROMIUM_ARGS)
         self._page = self._browser.new_page()
 
+        dist = MERMAID_DIST.resolve()  # node_modules may be a link (project copies, worktrees)
+
         def serve(route):
             name = route.request.url.removeprefix(ORIGIN)
-            path = (MERMAID_DIST / name).resolve()
+            path = (dist / name).resolve()
             if name == "":
                 route.fulfill(content_type="text/html", body="<!doctype html><meta charset=utf-8><body></body>")
-            elif path.is_file() and path.is_relative_to(MERMAID_DIST):
+            elif path.is_file() and path.is_relative_to(dist):
                 route.fulfill(path=str(path), content_type="text/javascript")
             else:
                 route.fulfill(status=404, body="")
@@ -112,7 +114,14 @@ class Renderer:
                                     sequence: {actorFontSize: "16px", messageFontSize: "16px", noteFontSize: "16px"}});
                 return (await mermaid.render(id, text)).svg;
             };""")
-        self._page.wait_for_function("typeof window.__renderDiagram === 'function'", timeout=60_000)
+        errors: list[str] = []
+        self._page.on("pageerror", lambda e: errors.append(str(e)))
+        try:
+            self._page.wait_for_function("typeof window.__renderDiagram === 'function'", timeout=60_000)
+        except Exception:
+            raise DiagramError(f"Mermaid did not load in Chromium from {dist} ({'; '.join(errors) or 'no error reported'}) "
+                               "(fix: run `npm ci` so node_modules/mermaid exists, or build with "
+                               "HANDBOOK_DIAGRAMS=client)") from None
 
     def svg(self, text: str, where: str) -> str:
         key = hashlib.sha256(f"{self.salt()}\n{text}".encode()).hexdigest()[:20]

@@ -28,6 +28,10 @@ from mkdocs.structure.toc import get_toc
 from pymdownx.slugs import slugify
 
 ROOT = Path(__file__).resolve().parents[1]
+# nbformat's default validator (fastjsonschema) compiles the notebook schema again for every
+# notebook it converts: half of a lab's conversion time. The jsonschema validator gives the same
+# verdicts and caches its schema.
+os.environ.setdefault("NBFORMAT_VALIDATOR", "jsonschema")
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -54,6 +58,108 @@ def _is_lab(file) -> bool:
     return file.src_uri.endswith(".ipynb")
 
 
+# ------------------------------------------------------------------ build caches
+# A rebuild after a one-page edit repeats three slow steps for every page whose input did not
+# change: mkdocs-jupyter's notebook conversion, the post-processing of lab pages, and the search
+# plugin's parsing and jieba segmentation. Each is cached under .cache/build/ by its full input.
+STAGE_CACHE = Path(os.environ.get("HANDBOOK_BUILD_CACHE") or ROOT / ".cache" / "build")
+
+
+def _stage_key(*parts: str) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode("utf-8", "surrogatepass"))
+        h.update(b"\0")
+    return h.hexdigest()[:32]
+
+
+def _stage_get(stage: str, key: str):
+    import json
+
+    path = STAGE_CACHE / stage / f"{key}.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _stage_put(stage: str, key: str, value) -> None:
+    import json
+
+    folder = STAGE_CACHE / stage
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{key}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(value, ensure_ascii=False), encoding="utf-8")
+    tmp.replace(folder / f"{key}.json")
+
+
+def _versions(*names: str) -> str:
+    from importlib.metadata import version
+
+    return ",".join(f"{n}={version(n)}" for n in names)
+
+
+def _toc_signature(items) -> str:
+    return ";".join(f"{i.id}>{i.url}[{_toc_signature(i.children)}]" for i in items)
+
+
+def _cheap_notebook_toc() -> None:
+    """mkdocs-jupyter converts every notebook a second time, to Markdown, only to read its headings;
+    on_page_content rebuilds a lab's table of contents from its HTML anyway, so only the title
+    (the first '# ' heading) is read here, straight from the JSON."""
+    import json
+
+    from mkdocs_jupyter import plugin as jupyter_plugin
+
+    if getattr(jupyter_plugin._get_nb_toc_tokens, "_handbook_cheap", False):
+        return
+
+    def title_only(fpath, toc_depth):
+        nb = json.loads(Path(fpath).read_text(encoding="utf-8"))
+        for cell in nb.get("cells", []):
+            if cell.get("cell_type") == "markdown":
+                text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+                for line in text.splitlines():
+                    if line.startswith("# "):
+                        return [], line[2:].strip()
+        return [], None
+
+    title_only._handbook_cheap = True
+    jupyter_plugin._get_nb_toc_tokens = title_only
+
+
+def _cache_search_entries() -> None:
+    """Wrap Material's SearchIndex.add_entry_from_context with a cache of the entries it adds."""
+    from material.plugins.search import plugin as search_plugin
+
+    index_cls = search_plugin.SearchIndex
+    if getattr(index_cls.add_entry_from_context, "_handbook_cached", False):
+        return
+    original = index_cls.add_entry_from_context
+    salt = _stage_key(_versions("mkdocs-material", "jieba"),
+                      (ROOT / "tools" / "jieba-user-dict.txt").read_text(encoding="utf-8"))
+
+    def add_entry_from_context(self, page):
+        import json
+
+        meta = {k: page.meta.get(k) for k in ("title", "tags", "search")}  # what the indexer reads
+        key = _stage_key(salt, json.dumps(self.config, sort_keys=True, default=str), page.url, str(page.title),
+                         json.dumps(meta, sort_keys=True, default=str, ensure_ascii=False),
+                         _toc_signature(page.toc), page.content or "")
+        hit = _stage_get("search", key)
+        if hit is not None:
+            self.entries.extend(hit)
+            return
+        start = len(self.entries)
+        original(self, page)
+        _stage_put("search", key, self.entries[start:])
+
+    add_entry_from_context._handbook_cached = True
+    index_cls.add_entry_from_context = add_entry_from_context
+
+
 @event_priority(100)  # before the search plugin, which fails obscurely without jieba
 def on_config(config):
     try:
@@ -73,6 +179,14 @@ def on_config(config):
              for t in glossary if t.get("abbr")]
     config["_handbook_abbr"] = "\n\n" + "\n".join(lines) + "\n"
     config["_handbook_glossary"] = glossary
+    _cache_search_entries()
+    _cheap_notebook_toc()
+    # mkdocs-jupyter caches its conversion by the notebook (here the executed copy) and its own
+    # options; the folder is per version of it and of nbconvert, so an upgrade converts afresh.
+    jupyter = config["plugins"].get("mkdocs-jupyter")
+    if jupyter is not None:
+        jupyter.config["cache"] = True
+        jupyter.config["cache_dir"] = str(STAGE_CACHE / "nbconvert" / _stage_key(_versions("mkdocs-jupyter", "nbconvert"))[:12])
     return config
 
 
@@ -86,6 +200,7 @@ def _glossary_page(terms: list[dict]) -> str:
 
 
 _pending_labs: dict[str, str] = {}  # src_uri -> why the page shows the lab without outputs
+_to_submit: list[Path] = []  # labs to execute in the background once the build is written
 
 
 def _lab_policy() -> str:
@@ -106,6 +221,7 @@ def on_files(files, config):
     render_dir = labs.CACHE_DIR / "render"
     _lab_sources.clear()
     _pending_labs.clear()
+    _to_submit.clear()
     lab_files, clashes = [], []
     for nb in labs.iter_notebooks():
         src_uri = nb.relative_to(labs.NOTEBOOKS).as_posix()
@@ -137,7 +253,7 @@ def on_files(files, config):
             if hit is not None:
                 executed[nb] = hit
             elif runner is not None:
-                runner.submit(nb)
+                _to_submit.append(nb)  # started after the build, so the first preview is not slowed
                 failure = runner.failed.get(nb)
                 _pending_labs[labs.rel(nb)] = (
                     f"后台执行失败：{failure.splitlines()[0]}" if failure else
@@ -260,6 +376,7 @@ def _static_diagrams(html: str, page) -> str:
         raise PluginError(str(exc)) from None
 
 
+@event_priority(10)  # before print-site copies each page's content into the one-page edition
 def on_page_content(html, page, config, files):
     html = _static_diagrams(html, page)
     if not _is_lab(page.file):
@@ -272,9 +389,23 @@ def on_page_content(html, page, config, files):
     # A lab repeats its identifiers in every code cell, so on term frequency alone it outranks the
     # page that explains the idea; halve its weight in the search index (the page links the lab).
     page.meta.setdefault("search", {"boost": 0.5})
+    why = _pending_labs.get(labs.rel(_lab_sources[page.file.src_uri]))
+    # Parsing a lab's HTML (outputs, images) is the slowest step of a rebuild: the result is cached
+    # by the input, the banner and this file's own code, so an edit elsewhere never repeats it.
+    key = _stage_key("lab-page", html, why or "", Path(__file__).read_text(encoding="utf-8"))
+    hit = _stage_get("lab-pages", key)
+    if hit is not None:
+        page.toc = get_toc(hit["toc"])
+        return hit["html"]
+    html, tokens = _process_lab_html(html, why)
+    page.toc = get_toc(tokens)
+    _stage_put("lab-pages", key, {"html": html, "toc": tokens})
+    return html
+
+
+def _process_lab_html(html: str, why: str | None) -> tuple[str, list[dict]]:
     # html.parser keeps the fragment as it is (lxml would move mkdocs-jupyter's <style> into a <head>).
     soup = BeautifulSoup(html, "html.parser")
-    why = _pending_labs.get(labs.rel(_lab_sources[page.file.src_uri]))
     if why is not None:  # shown without outputs: say so at the top, never pass it off as executed
         banner = BeautifulSoup('<div class="admonition warning lab-pending"><p class="admonition-title">'
                                '本实验尚未执行，下面只有代码，没有输出</p><p></p></div>', "html.parser")
@@ -314,11 +445,10 @@ def on_page_content(html, page, config, files):
             stack.pop()
         (stack[-1]["children"] if stack else tokens).append(token)
         stack.append(token)
-    page.toc = get_toc(tokens)
     # Code and outputs scroll sideways on narrow screens; keyboard users must be able to focus them.
     for pre in soup.find_all("pre"):
         pre["tabindex"] = "0"
-    return str(soup)
+    return str(soup), tokens
 
 
 def on_page_context(context, page, config, nav):
@@ -401,6 +531,7 @@ def on_build_error(error):
 
 def _close_diagrams():
     global _diagrams
+    katex_static.close()
     if _diagrams is not None:
         if _diagrams.rendered:
             log.info(f"rendered {_diagrams.rendered} Mermaid diagram(s) to SVG (cached in {labs.rel(diagrams.CACHE)})")
@@ -408,9 +539,43 @@ def _close_diagrams():
     _diagrams = None
 
 
+_SECTION = re.compile(r'<section class="print-page" id="([^"]+)"')
+
+
+def _fix_print_page_anchors(site_dir: Path) -> None:
+    """print-site prefixes every in-page link with its page's id (#page-anchor) but leaves some
+    targets unprefixed (h1 ids, code-line anchors): give those targets the id their links use."""
+    page = site_dir / "print_page" / "index.html"
+    if not page.exists():
+        return
+    text = page.read_text(encoding="utf-8")
+    wanted = set(re.findall(r'href="#([^"]+)"', text))
+    present = set(re.findall(r'\sid="([^"]+)"', text))
+    starts = [(m.start(), m.group(1)) for m in _SECTION.finditer(text)] + [(len(text), None)]
+    out = [text[:starts[0][0]]]
+    for (begin, sid), (end, _) in zip(starts, starts[1:]):
+        chunk = text[begin:end]
+
+        def fix(m: re.Match, sid=sid) -> str:
+            target = f"{sid}-{m.group(2)}"
+            if m.group(2).startswith(f"{sid}-") or target not in wanted or target in present:
+                return m.group(0)
+            return f'{m.group(1)}id="{target}"'
+
+        out.append(re.sub(r'(\s)id="([^"]+)"', fix, chunk))
+    page.write_text("".join(out), encoding="utf-8")
+
+
 @event_priority(-100)  # after the search plugin has written its index
 def on_post_build(config):
     _close_diagrams()
+    if _to_submit:
+        runner = labs.background()
+        for nb in _to_submit:
+            runner.submit(nb)
+        log.info(f"{len(_to_submit)} lab(s) shown without outputs are executing in the background "
+                 f"({labs.jobs()} at a time); their pages refresh when each is done")
+    _fix_print_page_anchors(Path(config["site_dir"]))
     _patch_search_worker(Path(config["site_dir"]))
     _patch_lazy_search(Path(config["site_dir"]))
     _compact_search_index(Path(config["site_dir"]))

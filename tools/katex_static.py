@@ -5,7 +5,8 @@ pymdownx.arithmatex (generic mode) leaves `\\( … \\)` and `\\[ … \\]` in ele
 page with a formula). Here node runs the same KaTeX version once per page for the formulas not yet
 in the cache (.cache/math/, keyed by the formula, the display mode and the KaTeX version), so the
 page needs only KaTeX's stylesheet and the fonts its formulas use. A formula KaTeX cannot parse
-stops the build with the page, the formula and KaTeX's message. Lab pages keep client-side
+stops the build with the page, the formula and KaTeX's message. One node process serves the whole
+build (line-delimited JSON on its stdin and stdout). Lab pages keep client-side
 rendering (their Markdown cells use `$ … $`).
 """
 from __future__ import annotations
@@ -46,6 +47,47 @@ def _parse(tag: str, body: str) -> tuple[str, bool] | None:
     return None
 
 
+class _Node:
+    """One node process for the whole build (starting node per page costs more than typesetting)."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen(["node", str(SCRIPT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, encoding="utf-8", cwd=ROOT)
+
+    def render(self, items: list, where: str) -> list[dict]:
+        try:
+            self.proc.stdin.write(json.dumps(items) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+            return json.loads(line)
+        except (OSError, ValueError):
+            err = self.proc.stderr.read() if self.proc.poll() is not None else ""
+            raise MathError(f"{where}: KaTeX could not run: {err.strip()[-500:]}\n"
+                            "    fix: run `npm ci` (or `make setup`) so node_modules/katex exists") from None
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+
+
+_server: _Node | None = None
+
+
+def _node() -> _Node:
+    global _server
+    if _server is None or _server.proc.poll() is not None:
+        _server = _Node()
+    return _server
+
+
+def close() -> None:
+    global _server
+    if _server is not None:
+        _server.close()
+    _server = None
+
+
 def render_page(page_html: str, where: str) -> str:
     """Replace every arithmatex element whose TeX KaTeX renders; the rest stay for the browser."""
     found = [(m, _parse(m.group(1), m.group(2))) for m in MATH.finditer(page_html)]
@@ -59,13 +101,9 @@ def render_page(page_html: str, where: str) -> str:
 
     missing = {key(t, d): (t, d) for _, (t, d) in found if not (CACHE / f"{key(t, d)}.html").exists()}
     if missing:
-        proc = subprocess.run(["node", str(SCRIPT)], input=json.dumps(list(missing.values())), capture_output=True,
-                              text=True, cwd=ROOT, timeout=120)
-        if proc.returncode != 0:
-            raise MathError(f"{where}: KaTeX could not run: {proc.stderr.strip()[-500:]}\n"
-                            "    fix: run `npm ci` (or `make setup`) so node_modules/katex exists")
+        results = _node().render(list(missing.values()), where)
         CACHE.mkdir(parents=True, exist_ok=True)
-        for (k, (tex, _)), result in zip(missing.items(), json.loads(proc.stdout)):
+        for (k, (tex, _)), result in zip(missing.items(), results):
             if "error" in result:
                 raise MathError(f"{where}: KaTeX cannot typeset the formula `{tex.strip()[:120]}`: {result['error']}\n"
                                 "    fix: correct the TeX (KaTeX supports most of LaTeX math; see "

@@ -4,7 +4,9 @@
 // are <pre>/<code>, which auto-render skips). A formula KaTeX cannot parse is reported on the
 // console (the browser tests fail on console errors) and left as its source.
 (function () {
-  var lab = document.querySelector(".jupyter-wrapper");
+  // (the one-page edition holds many labs, hence querySelectorAll)
+  var wrappers = document.querySelectorAll(".jupyter-wrapper");
+  var lab = wrappers.length > 0;
   var delimiters = [
     { left: "\\[", right: "\\]", display: true },
     { left: "\\(", right: "\\)", display: false }
@@ -15,7 +17,7 @@
       { left: "$", right: "$", display: false }
     ].concat(delimiters);
   }
-  var targets = lab ? [lab] : document.querySelectorAll(".arithmatex");
+  var targets = Array.prototype.slice.call(wrappers).concat(Array.prototype.slice.call(document.querySelectorAll(".arithmatex")));
   targets.forEach(function (el) {
     renderMathInElement(el, { delimiters: delimiters });
   });
