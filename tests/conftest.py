@@ -77,4 +77,10 @@ def project_copy(tmp_path) -> Path:
     for name in ("mkdocs.yml", ".autocorrectrc", "requirements.txt"):
         shutil.copy2(ROOT / name, dst / name)
     (dst / "node_modules").symlink_to(ROOT / "node_modules")
+    # Diagrams, math, converted notebooks and search entries are cached by their full content, so
+    # the copies share the project's caches: a copy then renders only what its bad input changed.
+    (dst / ".cache").mkdir()
+    for name in ("diagrams", "math", "build"):
+        (ROOT / ".cache" / name).mkdir(parents=True, exist_ok=True)
+        (dst / ".cache" / name).symlink_to(ROOT / ".cache" / name)
     return dst

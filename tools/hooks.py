@@ -350,7 +350,14 @@ def on_page_markdown(markdown, page, config, files):
     if _is_lab(page.file):
         return markdown
     markdown = _BENCH_TABLE.sub(_bench_table, markdown)
-    return markdown + config["_handbook_abbr"]
+    # A page may define an abbreviation itself (UVM is a verification methodology on the chip-design
+    # page, unified virtual memory elsewhere): the page's own definition wins over the glossary's.
+    own = set(re.findall(r"^\*\[([^\]]+)\]:", markdown, flags=re.M))
+    glossary = config["_handbook_abbr"]
+    if own:
+        glossary = "".join(line + "\n" for line in glossary.splitlines()
+                           if not any(line.startswith(f"*[{a}]:") for a in own))
+    return markdown + "\n\n" + glossary
 
 
 def _foreign(url: str | None) -> bool:
