@@ -114,3 +114,18 @@ def test_one_page_edition_gets_every_anchor_its_links_use(tmp_path):
     text = page.read_text(encoding="utf-8")
     assert 'id="stack-七层全景"' in text and 'id="stack-__codelineno-0-1"' in text and 'id="stack-已有"' in text
     assert '<section class="print-page" id="runtime"><h1 id="七层全景">' in text, "an id no link uses is left alone"
+
+
+def test_cached_pages_still_have_their_links_and_anchors_checked(project_copy):
+    """The Markdown render cache restores each page's anchors and links: renaming a heading that an
+    unchanged (cached) page links to still fails the strict build, naming the linking page."""
+    env = {"HANDBOOK_GIT_DATES": "false", "LABS_EXECUTE": "0"}
+    first = build(project_copy / "mkdocs.yml", project_copy / "site", strict=True, env=env)
+    assert first.returncode == 0, "\n".join(first.warnings()) or first.log[-2000:]
+    target = project_copy / "docs" / "operator" / "index.md"
+    text = target.read_text(encoding="utf-8")
+    assert "## 访存密集型还是计算密集型" in text, "the heading this test renames moved: update the test"
+    target.write_text(text.replace("## 访存密集型还是计算密集型", "## 改名后的小节"), encoding="utf-8")
+    second = build(project_copy / "mkdocs.yml", project_copy / "site2", strict=True, env=env)
+    assert second.returncode != 0
+    assert any("operator/gemm.md" in w and "访存密集型还是计算密集型" in w for w in second.warnings()), second.warnings()

@@ -105,6 +105,90 @@ def _toc_signature(items) -> str:
     return ";".join(f"{i.id}>{i.url}[{_toc_signature(i.children)}]" for i in items)
 
 
+_SNIPPET = re.compile(r'--8<--\s+"([^"]+)"')
+
+
+def _cache_markdown_render(config) -> None:
+    """Cache Page.render (Markdown to HTML, the largest share of a rebuild) by everything it reads.
+
+    The key holds the page's final Markdown (after on_page_markdown), its path, the URL of every
+    documentation file (links are resolved against them), mkdocs.yml, the package versions and,
+    for pages with snippets, the files they include. The cached entry restores what render()
+    produces, including the anchors the page has and the anchors it links to, so MkDocs still
+    validates every anchor on every build. A render that logged a warning is never cached, so a
+    broken link warns on every build until it is fixed."""
+    import hashlib
+    import json
+
+    from mkdocs.structure.pages import Page
+
+    if getattr(Page.render, "_handbook_cached", False):
+        return
+    original = Page.render
+    salt = _stage_key(_versions("mkdocs", "mkdocs-material", "markdown", "pymdown-extensions"),
+                      (ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+
+    class _Warnings(logging.Handler):
+        def __init__(self):
+            super().__init__(logging.WARNING)
+            self.count = 0
+
+        def emit(self, record):
+            self.count += 1
+
+    def render(self, config, files):
+        if self.markdown is None:
+            return original(self, config, files)
+        urls = getattr(files, "_handbook_urls", None)
+        if urls is None:
+            urls = hashlib.sha256("\n".join(sorted(f"{f.src_uri} {f.url}" for f in files)).encode()).hexdigest()
+            files._handbook_urls = urls
+        snippets = ""
+        if "--8<--" in self.markdown:
+            h = hashlib.sha256()
+            for ref in sorted(set(_SNIPPET.findall(self.markdown))):
+                path = ref.split(":")[0]
+                for base in (ROOT, ROOT / "docs"):
+                    if (base / path).is_file():
+                        h.update(path.encode() + b"\0" + (base / path).read_bytes())
+                        break
+            snippets = h.hexdigest()
+        key = _stage_key(salt, urls, self.file.src_uri, snippets, self.markdown)
+        hit = _stage_get("render", key)
+        if hit is not None:
+            self.content = hit["content"]
+            self.toc = get_toc(hit["toc"])
+            self._title_from_render = hit["title"]
+            self.present_anchor_ids = set(hit["anchors"])
+            if hit["links"] is not None:
+                self.links_to_anchors = {files.get_file_from_path(uri): links for uri, links in hit["links"].items()
+                                         if files.get_file_from_path(uri) is not None}
+            return None
+        watcher = _Warnings()
+        mkdocs_log = logging.getLogger("mkdocs")
+        mkdocs_log.addHandler(watcher)
+        try:
+            original(self, config, files)
+        finally:
+            mkdocs_log.removeHandler(watcher)
+        if watcher.count == 0 and "--8<--" not in (self.content or ""):
+            tokens = json.loads(json.dumps([_toc_tokens(i) for i in self.toc]))
+            links = None
+            if self.links_to_anchors is not None:
+                links = {f.src_uri: dict(v) for f, v in self.links_to_anchors.items()}
+            _stage_put("render", key, {"content": self.content, "toc": tokens, "title": self._title_from_render,
+                                       "anchors": sorted(self.present_anchor_ids or ()), "links": links})
+        return None
+
+    render._handbook_cached = True
+    Page.render = render
+
+
+def _toc_tokens(item) -> dict:
+    return {"level": item.level, "id": item.id, "name": item.title,
+            "children": [_toc_tokens(c) for c in item.children]}
+
+
 def _cheap_notebook_toc() -> None:
     """mkdocs-jupyter converts every notebook a second time, to Markdown, only to read its headings;
     on_page_content rebuilds a lab's table of contents from its HTML anyway, so only the title
@@ -181,9 +265,20 @@ def on_config(config):
     config["_handbook_glossary"] = glossary
     _cache_search_entries()
     _cheap_notebook_toc()
+    _cache_markdown_render(config)
     # mkdocs-jupyter caches its conversion by the notebook (here the executed copy) and its own
     # options; the folder is per version of it and of nbconvert, so an upgrade converts afresh.
     jupyter = config["plugins"].get("mkdocs-jupyter")
+    if jupyter is not None and not getattr(jupyter.should_include, "_handbook", False):
+        # mkdocs-jupyter parses every Markdown page with jupytext (twice per build) to look for
+        # notebook front matter; the handbook's labs are only .ipynb files under notebooks/.
+        original_include = jupyter.should_include
+
+        def should_include(file, _original=original_include):
+            return bool(file.abs_src_path) and file.abs_src_path.endswith(".ipynb") and _original(file)
+
+        should_include._handbook = True
+        jupyter.should_include = should_include
     if jupyter is not None:
         jupyter.config["cache"] = True
         jupyter.config["cache_dir"] = str(STAGE_CACHE / "nbconvert" / _stage_key(_versions("mkdocs-jupyter", "nbconvert"))[:12])
