@@ -254,6 +254,10 @@ def execute_many(paths: list[Path], *, use_cache: bool = True) -> dict[Path, Pat
 
     if len(paths) <= 1 or jobs() == 1:
         return dict(one(p) for p in paths)
+    # Labs side by side share the cores: each kernel gets its share of BLAS/OpenMP threads instead
+    # of every kernel starting one thread per core (oversubscribed thread pools spin and wait).
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(var, str(max(1, (os.cpu_count() or 1) // jobs())))
     with ThreadPoolExecutor(max_workers=jobs(), thread_name_prefix="lab") as pool:
         return dict(pool.map(one, paths))
 
