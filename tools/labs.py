@@ -244,6 +244,13 @@ def jobs() -> int:
     return max(1, int(os.environ.get("HANDBOOK_LAB_JOBS") or os.cpu_count() or 1))
 
 
+def _share_threads() -> None:
+    """Labs side by side share the cores: each kernel gets its share of BLAS/OpenMP threads instead
+    of every kernel starting one thread per core (oversubscribed thread pools spin and wait)."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(var, str(max(1, (os.cpu_count() or 1) // jobs())))
+
+
 def execute_many(paths: list[Path], *, use_cache: bool = True) -> dict[Path, Path | LabError]:
     """Execute labs in parallel (jobs() at a time); each result is the executed copy or the LabError."""
     def one(p: Path):
@@ -254,10 +261,7 @@ def execute_many(paths: list[Path], *, use_cache: bool = True) -> dict[Path, Pat
 
     if len(paths) <= 1 or jobs() == 1:
         return dict(one(p) for p in paths)
-    # Labs side by side share the cores: each kernel gets its share of BLAS/OpenMP threads instead
-    # of every kernel starting one thread per core (oversubscribed thread pools spin and wait).
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ.setdefault(var, str(max(1, (os.cpu_count() or 1) // jobs())))
+    _share_threads()
     with ThreadPoolExecutor(max_workers=jobs(), thread_name_prefix="lab") as pool:
         return dict(pool.map(one, paths))
 
@@ -270,6 +274,7 @@ class Background:
     watches that folder and rebuilds, and the rebuild finds the lab in the cache."""
 
     def __init__(self):
+        _share_threads()
         self.pool = ThreadPoolExecutor(max_workers=jobs(), thread_name_prefix="lab-bg")
         self.pending: set[Path] = set()
         self.failed: dict[Path, str] = {}
