@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import envcheck  # noqa: E402
 from tools import labs  # noqa: E402
 
 SCHEMA_VERSION = 1
@@ -74,6 +75,7 @@ def provenance(torch, argv: list[str]) -> dict:
         "cuda_runtime": torch.version.cuda,
         "python": platform.python_version(),
         "packages": {name: _version(name) for name in ("torch", "triton", "numba", "numba-cuda", "numpy")},
+        "cudnn": str(torch.backends.cudnn.version()) if torch.backends.cudnn.is_available() else None,
         "clocks_at_start": dict(zip(clock_keys, (float(c) for c in clocks))) if clocks else None,
         "date": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
         "commit": _commit(),
@@ -127,31 +129,72 @@ def lab_namespace(nb_path: Path) -> dict:
     return ns
 
 
-def bench_lab(torch, do_bench, nb_path: Path) -> dict:
-    ns = lab_namespace(nb_path)
-    results = []
-    for n in ns["BENCH_SIZES"]:
-        case = ns["bench_cases"](n)
-        for rung, fn in case["runs"].items():
+def resolve_reference(reference: dict, results: list[dict], metric: str) -> dict[str, str]:
+    """BENCH_REFERENCE maps a rung to one rung, or to a list of candidates (e.g. every SDPA backend):
+    a list resolves to the fastest candidate measured at the largest size, so the reference is always
+    the best library on this GPU."""
+    largest = max((r["n"] for r in results), default=0)
+    score = {r["rung"]: r[metric] for r in results if r["n"] == largest}
+    resolved = {}
+    for rung, ref in reference.items():
+        candidates = [ref] if isinstance(ref, str) else [c for c in ref if c in score]
+        if candidates:
+            resolved[rung] = max(candidates, key=lambda c: score.get(c, -1.0))
+    return resolved
+
+
+def run_rungs(case: dict, n: int, timer, sync, unavailable: dict[str, str], log=print) -> tuple[list[dict], list[dict]]:
+    """Check and time each rung of one case. A rung whose framework cannot run here, or that fails,
+    is listed under not_measured with the reason; the other rungs go on."""
+    results, skipped = [], []
+    for rung, fn in case["runs"].items():
+        fw = envcheck.framework_of(rung)
+        if fw in unavailable:
+            skipped.append({"rung": rung, "n": n, "reason": f"{fw} unavailable: {unavailable[fw]}"})
+            log(f"  {rung:28s} n={n:>11,d}  not measured ({fw} cannot run here)")
+            continue
+        try:
             case["reset"]()
             fn()
-            torch.cuda.synchronize()
+            sync()
             check = case["check"]
             check(rung) if inspect.signature(check).parameters else check()  # raises if this rung is wrong
-            ms = do_bench(fn, warmup=WARMUP_MS, rep=REP_MS, return_mode="median")
-            results.append({"rung": rung, "n": n, "dtype": case.get("dtype", "float32"),
-                            "bytes": case["bytes"], "flops": case["flops"], "time_ms": ms,
-                            "gbps": case["bytes"] / ms / 1e6, "tflops": case["flops"] / ms / 1e9})
-            print(f"  {rung:28s} n={n:>11,d}  {ms * 1e3:10.1f} us  {results[-1]['gbps']:8.1f} GB/s"
-                  f"  {results[-1]['tflops']:7.1f} TFLOP/s", flush=True)
+            ms = timer(fn)
+        except Exception as exc:  # noqa: BLE001 - one rung must not stop the others
+            skipped.append({"rung": rung, "n": n, "reason": f"{type(exc).__name__}: {exc}"[:500]})
+            log(f"  {rung:28s} n={n:>11,d}  FAILED: {type(exc).__name__}: {str(exc)[:200]}")
+            continue
+        results.append({"rung": rung, "n": n, "dtype": case.get("dtype", "float32"),
+                        "bytes": case["bytes"], "flops": case["flops"], "time_ms": ms,
+                        "gbps": case["bytes"] / ms / 1e6, "tflops": case["flops"] / ms / 1e9})
+        log(f"  {rung:28s} n={n:>11,d}  {ms * 1e3:10.1f} us  {results[-1]['gbps']:8.1f} GB/s"
+            f"  {results[-1]['tflops']:7.1f} TFLOP/s")
+    return results, skipped
+
+
+def bench_lab(torch, do_bench, nb_path: Path, unavailable: dict[str, str] | None = None) -> dict:
+    ns = lab_namespace(nb_path)
+    results, not_measured = [], []
+    timer = lambda fn: do_bench(fn, warmup=WARMUP_MS, rep=REP_MS, return_mode="median")  # noqa: E731
+    for n in ns["BENCH_SIZES"]:
+        case = ns["bench_cases"](n)
+        got, skipped = run_rungs(case, n, timer, torch.cuda.synchronize, unavailable or {},
+                                 log=lambda m: print(m, flush=True))
+        results += got
+        not_measured += skipped
         del case
         torch.cuda.empty_cache()
     slug = labs.rel(nb_path).removeprefix("notebooks/").removesuffix(".ipynb")
+    metric = ns.get("BENCH_METRIC", "gbps")
     record = {"schema": SCHEMA_VERSION, "lab": slug, "title": ns.get("BENCH_TITLE", slug),
-              "metric": ns.get("BENCH_METRIC", "gbps"), "rung_labels": ns.get("RUNGS", {}),
+              "metric": metric, "rung_labels": ns.get("RUNGS", {}),
               "timing": _timing(), "results": results}
     if ns.get("BENCH_REFERENCE"):
-        record["reference"] = ns["BENCH_REFERENCE"]
+        record["reference"] = resolve_reference(ns["BENCH_REFERENCE"], results, metric)
+        if any(not isinstance(v, str) for v in ns["BENCH_REFERENCE"].values()):
+            record["reference_candidates"] = ns["BENCH_REFERENCE"]
+    if not_measured:
+        record["not_measured"] = not_measured
     return record
 
 
@@ -170,6 +213,13 @@ def main(argv: list[str]) -> int:
         print("python -m bench needs an NVIDIA GPU with a CUDA driver, and none is visible on this machine.\n"
               "Nothing was measured. The records already taken on GPUs are in data/bench/; the labs plot them.")
         return 2
+    env = envcheck.check_frameworks(printer=lambda m: print(m, flush=True))
+    if not env["torch-cuda"]["ok"]:
+        print("PyTorch cannot run a CUDA kernel here, so nothing can be measured.")
+        return 2
+    unavailable = {fw: r["error"] for fw, r in env.items() if not r["ok"]}
+    if not env["numba-cuda"]["ok"]:
+        envcheck.stub_numba()  # the labs still load; their Numba rungs are recorded as not measured
     from triton.testing import do_bench
 
     chosen = [labs.NOTEBOOKS / f"{name}.ipynb" for name in args.labs] or [
@@ -181,10 +231,22 @@ def main(argv: list[str]) -> int:
     print(f"GPU: {prov['gpu']} ({prov['sm_count']} SMs), driver {prov['driver']}, CUDA {prov['cuda_runtime']}, "
           f"torch {prov['packages']['torch']}, triton {prov['packages']['triton']}")
 
+    prov["environment"] = {fw: {"ok": r["ok"], "packages": r["packages"], **({} if r["ok"] else {"error": r["error"]})}
+                           for fw, r in env.items()}
     records = {"copy": bench_copy(torch, do_bench)}
+    failed_labs = []
     for nb_path in chosen:
         print(f"{labs.rel(nb_path)}:", flush=True)
-        rec = bench_lab(torch, do_bench, nb_path)
+        try:
+            rec = bench_lab(torch, do_bench, nb_path, unavailable)
+        except Exception as exc:  # noqa: BLE001 - one lab must not stop the others
+            print(f"  FAILED, no record written: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+            failed_labs.append(labs.rel(nb_path))
+            continue
+        if not rec["results"]:
+            print("  no rung could be measured: no record written (the old one is kept)", flush=True)
+            failed_labs.append(labs.rel(nb_path))
+            continue
         records[rec["lab"].replace("/", "-")] = rec
     for name, rec in records.items():
         rec["provenance"] = prov
@@ -199,7 +261,18 @@ def main(argv: list[str]) -> int:
                 print(f"{name:28s} {r['rung']:24s} {r['n']:>12,d} {r['time_ms'] * 1e3:10.1f} "
                       f"{r['gbps']:8.1f} {100 * r['gbps'] / copy_peak:6.1f}%")
     print(f"records written to {out_dir}")
-    return 0
+    skipped = [(name, m) for name, rec in records.items() for m in rec.get("not_measured", [])]
+    if skipped:
+        print(f"\nNOT MEASURED ({len(skipped)} rung-size pairs, listed under not_measured in their records):")
+        for name, m in skipped:
+            print(f"  {name:28s} {m['rung']:24s} n={m['n']:>11,d}  {m['reason'][:120]}")
+    for res in env.values():
+        if not res["ok"]:
+            print(envcheck.message(res))
+    if failed_labs:
+        print("labs that failed (their old records are kept): " + ", ".join(failed_labs))
+    broken = failed_labs or any(not m["reason"].split(" ")[0] in {f"{fw}" for fw in unavailable} for _, m in skipped)
+    return 1 if broken else 0
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import envcheck  # noqa: E402
 from bench.__main__ import provenance  # noqa: E402
 from tools import labs  # noqa: E402
 
@@ -33,6 +34,15 @@ def run_lab(path: Path, timeout: int) -> dict:
                           capture_output=True, text=True, timeout=timeout, env={**os.environ, "MPLBACKEND": "Agg"})
     return {"item": labs.rel(path), "ok": proc.returncode == 0, "seconds": round(time.perf_counter() - t0, 1),
             "tail": (proc.stdout + proc.stderr)[-4000:]}
+
+
+def uses(path: Path, framework: str) -> bool:
+    """Whether a lab's code imports the framework (only numba-cuda can be missing while the rest runs)."""
+    module = {"numba-cuda": "numba"}.get(framework)
+    if module is None:
+        return True
+    code = "\n".join(labs._source(c) for c in labs.load(path)["cells"] if c.get("cell_type") == "code")
+    return f"from {module} import" in code or f"import {module}" in code
 
 
 def run_cuda(path: Path, arch: str, timeout: int) -> dict:
@@ -64,11 +74,22 @@ def main(argv: list[str]) -> int:
     if not torch.cuda.is_available():
         print("python -m tools.gpu_check needs an NVIDIA GPU, and none is visible here; nothing was run.")
         return 2
+    env = envcheck.check_frameworks(printer=lambda m: print(m, flush=True))
+    if not env["torch-cuda"]["ok"]:
+        print("PyTorch cannot run a CUDA kernel here; nothing was run.")
+        return 2
     major, minor = torch.cuda.get_device_capability(0)
     arch = f"sm_{major}{minor}"
     items = [ROOT / i for i in args.items] or [*labs.iter_notebooks(), *sorted((ROOT / "code").rglob("*.cu"))]
     results = []
     for path in items:
+        needs = [fw for fw, r in env.items() if not r["ok"] and path.suffix == ".ipynb" and uses(path, fw)]
+        if needs:  # a lab that needs a framework that cannot run here: said so, not run, not hidden
+            res = {"item": labs.rel(path), "ok": False, "not_run": True, "seconds": 0,
+                   "tail": "; ".join(envcheck.message(env[fw]) for fw in needs)}
+            results.append(res)
+            print(f"NOT RUN           {res['item']} (needs {', '.join(needs)})", flush=True)
+            continue
         try:
             res = run_cuda(path, arch, args.timeout) if path.suffix == ".cu" else run_lab(path, args.timeout)
         except subprocess.TimeoutExpired:
@@ -81,11 +102,18 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     prov = provenance(torch, [])
     prov["command"] = " ".join(["python -m tools.gpu_check", *args.items])
+    prov["environment"] = {fw: {"ok": r["ok"], "packages": r["packages"], **({} if r["ok"] else {"error": r["error"]})}
+                           for fw, r in env.items()}
     summary = {"provenance": prov, "arch": arch, "results": results}
     (out / "gpu-check.json").write_text(json.dumps(summary, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    failed = [r["item"] for r in results if not r["ok"]]
-    print(f"\n{len(results) - len(failed)}/{len(results)} passed" + (f"; failed: {', '.join(failed)}" if failed else ""))
-    return 1 if failed else 0
+    failed = [r["item"] for r in results if not r["ok"] and not r.get("not_run")]
+    not_run = [r["item"] for r in results if r.get("not_run")]
+    print(f"\n{sum(r['ok'] for r in results)}/{len(results)} passed" + (f"; failed: {', '.join(failed)}" if failed else "")
+          + (f"; not run: {', '.join(not_run)}" if not_run else ""))
+    for res in env.values():
+        if not res["ok"]:
+            print(envcheck.message(res))
+    return 1 if failed or not_run else 0
 
 
 if __name__ == "__main__":

@@ -43,6 +43,30 @@ MODE = "GPU" if ON_GPU else "CPU 解释器"
 print(f"运行模式：{MODE}；Colab：{'是' if IN_COLAB else '否'}；Python {sys.version.split()[0]}")
 
 
+def _dist_version(dist):
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _vtuple(v):
+    return tuple(int("".join(ch for ch in p if ch.isdigit()) or 0) for p in v.split(".")[:3])
+
+
+# 已知不兼容的组合：numba-cuda ≤ 0.30.4 在 numpy ≥ 2.5 上第一次编译 kernel 就报
+# AttributeError: module 'numpy' has no attribute 'row_stack'。只读版本号，不导入任何包。
+_nc, _np = _dist_version("numba-cuda"), _dist_version("numpy")
+NUMBA_CUDA_OK = not (ON_GPU and _nc and _np and _vtuple(_nc) <= (0, 30, 4) and _vtuple(_np) >= (2, 5))
+if not NUMBA_CUDA_OK:
+    print(f"环境问题：numba-cuda {_nc} 与 numpy {_np} 不兼容（numpy 2.5 删除了 np.row_stack，numba-cuda 仍在注册它；"
+          "见 NVIDIA/numba-cuda#907，numba-cuda 已进入维护期，不会修复）。Numba 的单元格会报 AttributeError，"
+          "Triton 与 PyTorch 的部分不受影响。修复：pip install \"numpy>=2.0,<2.5\"，然后重启内核"
+          "（Colab：“代码执行程序 → 重启会话”）再从头运行。")
+
+
 def lab_file(relpath):
     """读取本仓库中的文件（基准记录、CUDA 源码）：在仓库里直接读；在 Colab 里从 GitHub 取；取不到时返回 None。"""
     for base in (Path.cwd(), *Path.cwd().parents):
