@@ -103,6 +103,31 @@ def test_logistic_boosting_and_reported_gain():
     assert np.isclose(gain, trees[0]["gain"], rtol=1e-5)
 
 
+def test_gamma_is_post_pruning_for_exact_and_pre_pruning_for_hist():
+    # XOR: the root split gains little (~5.8), its children gain a lot (~190). With gamma=10,
+    # exact (grow, then prune bottom-up) keeps the root; hist skips it when expanding.
+    import xgboost as xgb
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, (400, 2))
+    y = np.sign(X[:, 0]) * np.sign(X[:, 1]) + 0.01 * rng.normal(size=400)
+    p = {"eta": 1.0, "max_depth": 2, "lambda": 1.0, "gamma": 10.0, "min_child_weight": 1.0}
+    common = {"objective": "reg:squarederror", "base_score": 0.0, "nthread": 1, **p}
+    n_nodes = {}
+    for method in ("exact", "hist"):
+        bst = xgb.train({**common, "tree_method": method}, xgb.DMatrix(X, y), 1)
+        dump = bst.get_dump(with_stats=True)[0]
+        n_nodes[method] = len(dump.splitlines())
+        if method == "exact":
+            root_gain = float(dump.splitlines()[0].split("gain=")[1].split(",")[0])
+            ref = bst.predict(xgb.DMatrix(X), output_margin=True)
+    assert root_gain < p["gamma"]                      # the kept root is below gamma ...
+    assert n_nodes == {"exact": 7, "hist": 1}          # ... yet exact keeps the full depth-2 tree
+    tree = gbdt.fit(X, y, gbdt.squared_error, 1, base_margin=0.0, **p)[0]
+    assert "feature" in tree and tree["gain"] < p["gamma"]
+    assert np.abs(gbdt.predict_tree(tree, X) - ref).max() < 1e-4    # float32 leaves in xgboost
+
+
 def test_leaf_weight_is_newton_step():
     g = np.array([0.5, -1.0, 2.0])
     h = np.array([1.0, 0.5, 0.25])

@@ -41,6 +41,18 @@ def test_iou_variants_closed_forms():
     assert np.all(r["giou"] <= r["iou"] + 1e-12) and np.all(r["giou"] >= -1)
 
 
+def test_ciou_range_reaches_below_minus_one():
+    # a flat wide box and a far-away thin tall one: IoU = 0, rho^2/c^2 -> 1, v -> 1,
+    # alpha v = v^2/(1+v) -> 1/2, so CIoU approaches -1.5 (the page's range (-1.5, 1])
+    r = det.box_iou_variants([[0, 0, 100, 0.01]], [[1e5, 1e5, 1e5 + 0.01, 1e5 + 100]])
+    assert r["iou"][0, 0] == 0 and r["diou"][0, 0] > -1
+    assert -1.5 < r["ciou"][0, 0] < -1.49
+    rng = np.random.default_rng(4)
+    a, b = rand_boxes(300, rng), rand_boxes(300, rng)
+    c = det.box_iou_variants(a, b)
+    assert np.all(c["ciou"] > -1.5) and np.all(c["ciou"] <= c["diou"] + 1e-12)
+
+
 def test_giou_keeps_a_gradient_when_boxes_do_not_overlap():
     a = np.array([[0.0, 0.0, 1.0, 1.0]])
     far = [det.box_iou_variants(a, np.array([[x, 0.0, x + 1, 1.0]]))["giou"][0, 0] for x in (2.0, 3.0, 5.0)]
