@@ -80,8 +80,14 @@ def test_math_and_diagrams_are_self_hosted_and_loaded_only_where_needed(site):
     hardware = (site / "hardware" / "index.html").read_text(encoding="utf-8")
     home = (site / "index.html").read_text(encoding="utf-8")
     resources = (site / "resources" / "tags" / "index.html").read_text(encoding="utf-8")  # no math, no diagram
-    assert "assets/vendor/katex/katex.min.js" in hardware
-    assert "assets/vendor/mermaid/mermaid.esm.min.mjs" in (site / "stack" / "index.html").read_text(encoding="utf-8")
+    stack = (site / "stack" / "index.html").read_text(encoding="utf-8")
+    lab = (site / "operator" / "vector-add" / "index.html").read_text(encoding="utf-8")
+    # Markdown pages: math typeset at build time needs KaTeX's stylesheet, not its script; diagrams are
+    # inline SVG with an accessible name, and Mermaid is not loaded. Lab pages typeset $…$ in the browser.
+    assert "assets/vendor/katex/katex.min.css" in hardware and "katex.min.js" not in hardware
+    assert 'class="math-static"' in hardware
+    assert "assets/vendor/katex/katex.min.js" in lab
+    assert 'class="mermaid mermaid-static" role="img" aria-label="示意图：' in stack and "mermaid.esm" not in stack
     assert "mermaid" not in home, "the home page draws its map as inline SVG and needs no Mermaid"
     assert "arithmatex" not in resources and "katex" not in resources  # no math there, no KaTeX
     assert 'class="mermaid"' not in resources and "mermaid.esm" not in resources

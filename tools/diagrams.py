@@ -61,6 +61,21 @@ def _version() -> str:
     return json.loads((MERMAID_DIST.parent / "package.json").read_text(encoding="utf-8"))["version"]
 
 
+def _label(svg: str) -> str:
+    """An accessible name for a diagram: 示意图 followed by the first labels it shows."""
+    texts = re.findall(r'<(?:span|p)[^>]*class="[^"]*(?:nodeLabel|edgeLabel)[^"]*"[^>]*>(.*?)</(?:span|p)>', svg, re.S)
+    if not texts:
+        texts = re.findall(r"<text[^>]*>(.*?)</text>", svg, re.S)
+    words = []
+    for t in texts:
+        t = re.sub(r"<[^>]+>", " ", t)
+        t = " ".join(html.unescape(t).split())
+        if t and t not in words:
+            words.append(t)
+    label = "、".join(words)
+    return "示意图：" + (label[:160] + "…" if len(label) > 160 else label) if label else "示意图"
+
+
 class Renderer:
     """One headless Chromium for the whole build, started at the first diagram missing from the cache."""
 
@@ -148,7 +163,7 @@ class Renderer:
     def replace_fences(self, page_html: str, where: str) -> str:
         def one(match: re.Match) -> str:
             svg = self.svg(html.unescape(match.group(1)), where)
-            return f'<div class="mermaid mermaid-static" role="img">{svg}</div>'
+            return f'<div class="mermaid mermaid-static" role="img" aria-label="{html.escape(_label(svg))}">{svg}</div>'
 
         return FENCE.sub(one, page_html)
 
