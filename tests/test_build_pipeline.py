@@ -94,7 +94,7 @@ def test_math_is_typeset_at_build_time_and_bad_tex_names_its_page(tmp_path, monk
     monkeypatch.setattr(katex_static, "CACHE", tmp_path / "math")
     out = katex_static.render_page('<p><span class="arithmatex">\\(a^2 + b^2\\)</span></p>'
                                    '<div class="arithmatex">\\[\\frac{1}{\\sqrt{d_k}}\\]</div>', "docs/x.md")
-    assert out.count('class="katex"') == 2 and out.count('class="katex-display"') == 1  # display math nests a .katex
+    assert out.count('class="katex"') == 2 and out.count('class="katex-display" tabindex="0"') == 1  # display math nests a .katex; it scrolls, so it is focusable
     assert "arithmatex" not in out and "<math" in out, "screen readers need the MathML KaTeX adds"
     with pytest.raises(katex_static.MathError) as err:
         katex_static.render_page('<span class="arithmatex">\\(\\frac{1}{\\)</span>', "docs/bad.md")

@@ -115,7 +115,9 @@ def render_page(page_html: str, where: str) -> str:
         if parsed is None:
             return m.group(0)
         rendered = (CACHE / f"{key(*parsed)}.html").read_text(encoding="utf-8")
-        return f'<{m.group(1)} class="math-static" tabindex="0">{rendered}</{m.group(1)}>' if parsed[1] \
-            else f'<span class="math-static">{rendered}</span>'
+        if parsed[1]:  # a wide display formula scrolls sideways (extra.css): keyboard users must reach it
+            rendered = rendered.replace('<span class="katex-display">', '<span class="katex-display" tabindex="0">', 1)
+            return f'<{m.group(1)} class="math-static">{rendered}</{m.group(1)}>'
+        return f'<span class="math-static">{rendered}</span>'
 
     return MATH.sub(one, page_html)
