@@ -37,6 +37,16 @@ def activation_bytes_per_layer(s: int, b: int, h: int, a: int, t: int = 1, sp: b
 # --8<-- [end:activations]
 
 
+def layer_activation_bytes(s: int, b: int, h: int, a: int, value_bytes: int = 2, dropout: bool = True) -> float:
+    """The same per-layer count for any activation width and with or without dropout (no TP, no recompute).
+    Values: QKV input, Q, K, V, projection input (10sbh at 2 bytes), MLP inputs 2 + 8 + 8, LayerNorm inputs 4:
+    16 * value_bytes * sbh; the softmax output, plus the dropout output when there is dropout: as^2b values.
+    Masks (1 byte each): two of sbh (after attention and MLP) and one of as^2b (attention dropout)."""
+    linear = s * b * h * (16 * value_bytes + (2 if dropout else 0))
+    quad = a * s * s * b * (value_bytes * (2 if dropout else 1) + (1 if dropout else 0))
+    return linear + quad
+
+
 def step_memory(m: GPT, s: int, b: int, n_shard: int = 1, stage: int = 0, t: int = 1, sp: bool = False,
                 recompute: str = "none") -> dict:
     """Bytes per GPU: model states (mixed-precision Adam, ZeRO stage over n_shard ranks, TP splits params by t),

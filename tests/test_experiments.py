@@ -1,0 +1,47 @@
+"""The GPU experiments (bench/experiments) and their committed records (data/records)."""
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+
+import pytest
+
+from bench.experiments import RECORDS, ROOT, load, names
+
+EXPERIMENTS = names()
+
+
+def test_runner_lists_every_experiment_and_refuses_without_gpu():
+    listed = subprocess.run([sys.executable, "-m", "bench.experiments", "--list"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split(" - ")[0] for line in listed.stdout.splitlines()] == EXPERIMENTS
+    bad = subprocess.run([sys.executable, "-m", "bench.experiments", "no-such-experiment"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "unknown experiments" in bad.stderr
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_experiment_has_a_record_with_provenance(name):
+    module = importlib.import_module(f"bench.experiments.{name}")
+    assert module.TITLE and callable(module.run)
+    record = load(name)
+    assert record["experiment"] == name and record["title"] == module.TITLE
+    assert record["results"], f"{name}: empty results"
+    prov = record["provenance"]
+    for key in ("gpu", "driver", "cuda_runtime", "packages", "date", "commit"):
+        assert prov.get(key), f"{name}: provenance lacks {key}"
+    assert "H200" in prov["gpu"]
+    for used in module.USED_BY:
+        path = ROOT / used
+        assert path.is_file(), f"{name}: USED_BY names {used}, which does not exist"
+        assert name in path.read_text(encoding="utf-8"), f"{used} does not read the record {name}"
+
+
+def test_every_record_belongs_to_an_experiment():
+    for path in RECORDS.glob("*/*.json"):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        assert path.stem in EXPERIMENTS, f"{path.relative_to(ROOT)}: no bench/experiments/{path.stem}.py made it"
+        assert record["schema"] == 1
