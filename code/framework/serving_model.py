@@ -45,12 +45,16 @@ class LlamaConfig:
 LLAMA_1B = LlamaConfig()
 
 
-def _rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotate pairs (x[..., :d/2], x[..., d/2:]) by position-dependent angles; x is [B, H, T, D]."""
+def _rope_tables(pos: torch.Tensor, d: int, theta: float, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the rotation angles pos * theta^(-2i/d), [T, D/2]; made once per step, shared by all layers."""
+    inv = theta ** (-torch.arange(0, d, 2, device=pos.device, dtype=torch.float32) / d)
+    ang = pos.to(torch.float32)[:, None] * inv[None, :]
+    return ang.cos().to(dtype), ang.sin().to(dtype)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (x[..., :d/2], x[..., d/2:]) by the tabulated angles; x is [B, H, T, D]."""
     d = x.shape[-1]
-    inv = theta ** (-torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)
-    ang = pos.to(torch.float32)[:, None] * inv[None, :]  # [T, D/2]
-    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
@@ -96,12 +100,12 @@ class Decoder(torch.nn.Module):
         """x: [B, T, H] hidden states of positions start..start+T-1; fills the cache and attends causally."""
         cfg, (b, t, _) = self.cfg, x.shape
         d = cfg.head_dim
-        pos = torch.arange(start, start + t, device=x.device)
+        cos, sin = _rope_tables(torch.arange(start, start + t, device=x.device), d, cfg.rope_theta, x.dtype)
         for i in range(cfg.layers):
             qkv = _rms(x, self.norm1[i]) @ self.wqkv[i]
             q, k, v = qkv.split([cfg.heads * d, cfg.kv_heads * d, cfg.kv_heads * d], dim=-1)
-            q = _rope(q.view(b, t, cfg.heads, d).transpose(1, 2), pos, cfg.rope_theta)
-            k = _rope(k.view(b, t, cfg.kv_heads, d).transpose(1, 2), pos, cfg.rope_theta)
+            q = _rope(q.view(b, t, cfg.heads, d).transpose(1, 2), cos, sin)
+            k = _rope(k.view(b, t, cfg.kv_heads, d).transpose(1, 2), cos, sin)
             self.k_cache[i, :b, :, start:start + t] = k
             self.v_cache[i, :b, :, start:start + t] = v.view(b, t, cfg.kv_heads, d).transpose(1, 2)
             keys, values = self.k_cache[i, :b, :, : start + t], self.v_cache[i, :b, :, : start + t]
