@@ -45,3 +45,11 @@ def test_every_record_belongs_to_an_experiment():
         record = json.loads(path.read_text(encoding="utf-8"))
         assert path.stem in EXPERIMENTS, f"{path.relative_to(ROOT)}: no bench/experiments/{path.stem}.py made it"
         assert record["schema"] == 1
+
+
+def test_listing_taken_from_a_record_is_verbatim():
+    """code/compiler/records/inductor-triton-kernel.txt is the kernel source stored in the H200 record."""
+    record = load("inductor_kernels")
+    first = next(c for c in record["results"]["cases"] if c.get("first_kernel_source"))
+    listing = (ROOT / "code" / "compiler" / "records" / "inductor-triton-kernel.txt").read_text(encoding="utf-8")
+    assert listing == first["first_kernel_source"].rstrip() + "\n"

@@ -37,6 +37,7 @@ def activation_bytes_per_layer(s: int, b: int, h: int, a: int, t: int = 1, sp: b
 # --8<-- [end:activations]
 
 
+# --8<-- [start:general]
 def layer_activation_bytes(s: int, b: int, h: int, a: int, value_bytes: int = 2, dropout: bool = True) -> float:
     """The same per-layer count for any activation width and with or without dropout (no TP, no recompute).
     Values: QKV input, Q, K, V, projection input (10sbh at 2 bytes), MLP inputs 2 + 8 + 8, LayerNorm inputs 4:
@@ -45,6 +46,7 @@ def layer_activation_bytes(s: int, b: int, h: int, a: int, value_bytes: int = 2,
     linear = s * b * h * (16 * value_bytes + (2 if dropout else 0))
     quad = a * s * s * b * (value_bytes * (2 if dropout else 1) + (1 if dropout else 0))
     return linear + quad
+# --8<-- [end:general]
 
 
 def step_memory(m: GPT, s: int, b: int, n_shard: int = 1, stage: int = 0, t: int = 1, sp: bool = False,
