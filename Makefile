@@ -22,7 +22,8 @@ help:
 	@echo "make gpu-check  on an NVIDIA GPU: every lab in GPU mode, every .cu listing compiled and run"
 	@echo "make bench-site build and rebuild times, search latency, page weights (needs chromium);"
 	@echo "                SCALE=1 measures a generated copy with 200 pages and 60 labs (tools/scale.py)"
-	@echo "make coverage   answered/total questions of the question bank per layer, and the unanswered ones"
+	@echo "make coverage   answered/total questions of the question bank per layer, and the unanswered ones;"
+	@echo "                the foundations canon (data/canon) covered per field, and the uncovered topics"
 	@echo "make lock       re-resolve requirements.in into the hashed requirements.txt"
 
 $(BIN)/.installed: requirements.txt
@@ -50,6 +51,7 @@ pdf: setup
 
 check: setup
 	$(BIN)/python -m tools.checks source
+	$(BIN)/python -m tools.canon check
 
 fix: setup
 	$(BIN)/python -m tools.checks fix
@@ -74,6 +76,7 @@ bench-site: setup
 
 coverage: setup
 	$(BIN)/python -m tools.questions coverage
+	$(BIN)/python -m tools.canon
 
 
 lock: $(BIN)/.installed
