@@ -86,7 +86,9 @@ def compute_launch(qmd_address: int) -> list[int]:
 
 
 def semaphore_release(address: int, payload: int) -> list[int]:
-    """Host methods that write `payload` to `address` once the work before them is done."""
+    """Host methods that write `payload` to `address` once the work before them is done.
+    SEM_EXECUTE = RELEASE with PAYLOAD_SIZE (bit 24) = 0 selects a 32-bit release, so only
+    PAYLOAD_LO reaches memory; PAYLOAD_HI is still written to keep the five methods contiguous."""
     return [method_header(0, SEM_ADDR_LO, 5), address & 0xFFFFFFFC, address >> 32,
             payload & 0xFFFFFFFF, payload >> 32, SEM_EXECUTE_RELEASE]
 # --8<-- [end:launch]
