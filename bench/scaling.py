@@ -319,7 +319,7 @@ def main(argv: list[str]) -> int:
             print("python -m bench.scaling needs NVIDIA GPUs, and none is visible here. Nothing was measured.")
             return 2
         have = torch.cuda.device_count()
-        counts, backend = [g for g in (int(x) for x in args.gpus.split(",")) if g <= have], "nccl", None
+        counts, backend = [g for g in (int(x) for x in args.gpus.split(",")) if g <= have], "nccl"
         if 1 not in counts:
             counts = [1] + counts  # the baseline of the efficiencies
         checks = [] if args.no_check or max(counts) < 2 else \
