@@ -4,7 +4,10 @@
 Prints one table: `make serve` to first page in a fresh clone, cold build time with every lab
 executed, cached rebuild after a one-page edit, search-index requests before search is used, the
 first query's wait and key-up to first search result in Chromium, bytes per page (median and max
-over every page, raw and gzip-compressed as GitHub Pages serves them) and the search index size. It measures; it
+over every page, raw and gzip-compressed as GitHub Pages serves them) and the search index size.
+Build and preview figures come with the CPU seconds their processes used (psutil, which ipykernel
+brings, for the preview's process tree): on a shared or loaded machine the wall time grows with the
+load while the CPU time hardly does, so the pair tells a slow design from a busy machine. It measures; it
 asserts nothing (budgets are compared and reported, not enforced), so a noisy machine cannot
 make it flaky.
 """
@@ -37,13 +40,36 @@ def _env(**extra) -> dict:
     return {**os.environ, "NO_MKDOCS_2_WARNING": "1", "LAB_FORCE_CPU": "1", **extra}
 
 
-def _build(project: Path, site: Path) -> float:
-    start = time.monotonic()
+def _children_cpu() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _tree_cpu(pid: int) -> float:
+    """User + system CPU seconds of a running process and all its descendants (and the children they reaped)."""
+    import psutil
+
+    total = 0.0
+    root = psutil.Process(pid)
+    for p in [root, *root.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def _build(project: Path, site: Path) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (every process the build ran) of one strict build."""
+    start, cpu0 = time.monotonic(), _children_cpu()
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=project,
                           env=_env(), capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"the strict build of {project} failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
-    return time.monotonic() - start
+    return time.monotonic() - start, _children_cpu() - cpu0
 
 
 def _free_port() -> int:
@@ -54,8 +80,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _preview_first_page(project: Path) -> float:
-    """`make serve` in a fresh clone: no cache of any kind; seconds until the home page is served."""
+def _preview_first_page(project: Path) -> tuple[float, float]:
+    """`make serve` in a fresh clone: no cache of any kind; wall seconds until the home page is served, and the
+    CPU seconds the server's process tree had used by then (labs executing in the background included)."""
     import signal
     import urllib.request
 
@@ -72,7 +99,7 @@ def _preview_first_page(project: Path) -> float:
             try:
                 with urllib.request.urlopen(url, timeout=2) as r:
                     if r.status == 200:
-                        return time.monotonic() - start
+                        return time.monotonic() - start, _tree_cpu(proc.pid)
             except OSError:
                 time.sleep(0.25)
         raise SystemExit("mkdocs serve served nothing within 600 s")
@@ -180,12 +207,14 @@ def main(argv: list[str] | None = None) -> int:
         info = scale.make(project, pages, labs_n)
         preview_copy = tmp / "preview"
         shutil.copytree(project, preview_copy, symlinks=True)
-        preview = _preview_first_page(preview_copy)
+        load_start = os.getloadavg()[0]
+        preview, preview_cpu = _preview_first_page(preview_copy)
         site = tmp / "site"
-        cold = _build(project, site)
+        cold, cold_cpu = _build(project, site)
         page = project / "docs" / "operator" / "index.md"
         page.write_text(page.read_text(encoding="utf-8") + "\n一处编辑：基准测试在页尾加的一句话。\n", encoding="utf-8")
-        cached = _build(project, site)
+        cached, cached_cpu = _build(project, site)
+        load_end = os.getloadavg()[0]
 
         httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(site)))
         threading.Thread(target=httpd.serve_forever, daemon=True).start()
@@ -205,8 +234,11 @@ def main(argv: list[str] | None = None) -> int:
         heaviest = max(weights, key=lambda w: w[2])
         rows = [
             ("preview: make serve to first page, fresh clone (s)", f"{preview:.1f}"),
+            ("  CPU time used by then (s)", f"{preview_cpu:.1f}"),
             ("cold build, every lab executed (s)", f"{cold:.1f}"),
+            ("  CPU time (s)", f"{cold_cpu:.1f}"),
             ("cached rebuild after a one-page edit (s)", f"{cached:.1f}"),
+            ("  CPU time (s)", f"{cached_cpu:.1f}"),
             ("search index requests before search is used", f"{early}"),
             ("search: first query, focus to first result (ms)", f"{first:.0f}"),
             ("search: key-up to first result, median (ms)", f"{statistics.median(latencies):.0f}"),
@@ -219,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
         print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
               f"{'scale copy' if args.scale else 'the site'}: {info['pages']} Markdown pages + {info['labs']} labs, "
-              f"{len(weights)} HTML pages measured, {len(QUERIES)} queries")
+              f"{len(weights)} HTML pages measured, {len(QUERIES)} queries; 1-minute load average "
+              f"{load_start:.1f} before the builds, {load_end:.1f} after (wall times grow with load; CPU times hardly do)")
         width = max(len(r[0]) for r in rows)
         print(f"{'figure':{width}s}  {'value':>14s}  budget")
         for name, value in rows:
