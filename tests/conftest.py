@@ -14,6 +14,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+# Tests run Triton kernels in its CPU interpreter. The switch must be on before anything imports
+# triton: the standard library's helpers (tl.zeros, ...) are made interpreted or compiled once, at
+# import, and a kernel interpreted later cannot call a compiled helper.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 MKDOCS = [sys.executable, "-m", "mkdocs"]
 # The test build runs the labs in CPU mode (as CI has no GPU) and the lab tests read that build's
 # executions instead of running every lab a second time.

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 
+# --8<-- [start:layer]
 class Layer(torch.nn.Module):
     def __init__(self, h: int, a: int, p: float = 0.1):  # p = 0: no dropout (and no masks kept)
         super().__init__()
@@ -28,6 +29,7 @@ class Layer(torch.nn.Module):
         ctx = torch.bmm(probs, v).transpose(0, 1).reshape(s, b, h)
         x = x + F.dropout(self.proj(ctx), self.p, self.training)
         return x + F.dropout(self.fc2(F.gelu(self.fc1(self.ln2(x)))), self.p, self.training)
+# --8<-- [end:layer]
 
 
 class GPT(torch.nn.Module):

@@ -96,6 +96,7 @@ class Decoder(torch.nn.Module):
         self.k_cache = torch.zeros(shape, device=p.device, dtype=p.dtype)
         self.v_cache = torch.zeros(shape, device=p.device, dtype=p.dtype)
 
+    # --8<-- [start:layers]
     def _layers(self, x: torch.Tensor, start: int) -> torch.Tensor:
         """x: [B, T, H] hidden states of positions start..start+T-1; fills the cache and attends causally."""
         cfg, (b, t, _) = self.cfg, x.shape
@@ -120,6 +121,7 @@ class Decoder(torch.nn.Module):
             gate, up = (_rms(x, self.norm2[i]) @ self.w_up[i]).chunk(2, dim=-1)
             x = x + (F.silu(gate) * up) @ self.w_down[i]
         return _rms(x, self.norm_f)
+    # --8<-- [end:layers]
 
     @torch.no_grad()
     def prefill(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
