@@ -20,12 +20,10 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import urlparse
 
 import yaml
-from bs4 import BeautifulSoup
 from mkdocs.exceptions import PluginError
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File
 from mkdocs.structure.toc import get_toc
-from pymdownx.slugs import slugify
 
 ROOT = Path(__file__).resolve().parents[1]
 # nbformat's default validator (fastjsonschema) compiles the notebook schema again for every
@@ -35,7 +33,7 @@ os.environ.setdefault("NBFORMAT_VALIDATOR", "jsonschema")
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tools import canon, diagrams, katex_static, labs, questions  # noqa: E402
+from tools import canon, diagrams, katex_static, labs, pagepool, questions  # noqa: E402
 
 log = logging.getLogger("mkdocs.plugins.handbook")
 
@@ -49,7 +47,6 @@ VENDOR = [  # (file or folder under node_modules, destination under the site)
     ("mermaid/dist/mermaid.esm.min.mjs", "assets/vendor/mermaid/mermaid.esm.min.mjs"),
     ("mermaid/dist/chunks/mermaid.esm.min", "assets/vendor/mermaid/chunks/mermaid.esm.min"),
 ]
-_slug = slugify(case="lower")
 _lab_sources: dict[str, Path] = {}
 _diagrams: diagrams.Renderer | None = None
 
@@ -62,37 +59,8 @@ def _is_lab(file) -> bool:
 # A rebuild after a one-page edit repeats three slow steps for every page whose input did not
 # change: mkdocs-jupyter's notebook conversion, the post-processing of lab pages, and the search
 # plugin's parsing and jieba segmentation. Each is cached under .cache/build/ by its full input.
-STAGE_CACHE = Path(os.environ.get("HANDBOOK_BUILD_CACHE") or ROOT / ".cache" / "build")
-
-
-def _stage_key(*parts: str) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(part.encode("utf-8", "surrogatepass"))
-        h.update(b"\0")
-    return h.hexdigest()[:32]
-
-
-def _stage_get(stage: str, key: str):
-    import json
-
-    path = STAGE_CACHE / stage / f"{key}.json"
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
-        return None
-
-
-def _stage_put(stage: str, key: str, value) -> None:
-    import json
-
-    folder = STAGE_CACHE / stage
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{key}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(value, ensure_ascii=False), encoding="utf-8")
-    tmp.replace(folder / f"{key}.json")
+STAGE_CACHE = pagepool.STAGE_CACHE
+_stage_key, _stage_get, _stage_put = pagepool.stage_key, pagepool.stage_get, pagepool.stage_put
 
 
 def _versions(*names: str) -> str:
@@ -192,36 +160,29 @@ def _toc_tokens(item) -> dict:
 def _cheap_notebook_toc() -> None:
     """mkdocs-jupyter converts every notebook a second time, to Markdown, only to read its headings;
     on_page_content rebuilds a lab's table of contents from its HTML anyway, so only the title
-    (the first '# ' heading) is read here, straight from the JSON."""
-    import json
-
+    (the first '# ' heading) is read, straight from the JSON (pagepool.notebook_title)."""
     from mkdocs_jupyter import plugin as jupyter_plugin
 
     if getattr(jupyter_plugin._get_nb_toc_tokens, "_handbook_cheap", False):
         return
 
     def title_only(fpath, toc_depth):
-        nb = json.loads(Path(fpath).read_text(encoding="utf-8"))
-        for cell in nb.get("cells", []):
-            if cell.get("cell_type") == "markdown":
-                text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-                for line in text.splitlines():
-                    if line.startswith("# "):
-                        return [], line[2:].strip()
-        return [], None
+        return pagepool.notebook_title(fpath)
 
     title_only._handbook_cheap = True
     jupyter_plugin._get_nb_toc_tokens = title_only
 
 
 def _cache_search_entries() -> None:
-    """Wrap Material's SearchIndex.add_entry_from_context with a cache of the entries it adds."""
+    """Wrap Material's SearchIndex.add_entry_from_context with a cache of the entries it adds; on a
+    cold build, pages beyond the first few are indexed by worker processes (tools/pagepool.py)."""
     from material.plugins.search import plugin as search_plugin
 
     index_cls = search_plugin.SearchIndex
     if getattr(index_cls.add_entry_from_context, "_handbook_cached", False):
         return
     original = index_cls.add_entry_from_context
+    original_generate = index_cls.generate_search_index
     salt = _stage_key(_versions("mkdocs-material", "jieba"),
                       (ROOT / "tools" / "jieba-user-dict.txt").read_text(encoding="utf-8"))
 
@@ -236,12 +197,30 @@ def _cache_search_entries() -> None:
         if hit is not None:
             self.entries.extend(hit)
             return
+        pool = pagepool.current()
+        if pool is None and pagepool.count_search_miss() > pagepool.SEARCH_IN_PROCESS:
+            pool = pagepool.start()
+        if pool is not None:
+            config = dict(self.config)
+            job = {"config": config, "url": page.url, "title": str(page.title), "content": page.content or "",
+                   "meta": {k: page.meta[k] for k in meta if k in page.meta},
+                   "toc": [_toc_tokens(i) for i in page.toc],
+                   "jieba_dict_user": os.path.abspath(config["jieba_dict_user"]) if config.get("jieba_dict_user") else None}
+            self.entries.append(pagepool.DeferredEntries(pool.submit(pagepool.search_entries, job), key, job))
+            return
         start = len(self.entries)
         original(self, page)
         _stage_put("search", key, self.entries[start:])
 
+    def generate_search_index(self, prev):
+        deferred = pagepool.DeferredEntries
+        if any(isinstance(e, deferred) for e in self.entries):
+            self.entries = [x for e in self.entries for x in (e.entries(log) if isinstance(e, deferred) else [e])]
+        return original_generate(self, prev)
+
     add_entry_from_context._handbook_cached = True
     index_cls.add_entry_from_context = add_entry_from_context
+    index_cls.generate_search_index = generate_search_index
 
 
 @event_priority(100)  # before the search plugin, which fails obscurely without jieba
@@ -311,6 +290,7 @@ def _lab_policy() -> str:
 @event_priority(50)  # before mkdocs-jupyter wraps .ipynb files (priority 0)
 def on_files(files, config):
     policy = _lab_policy()
+    pagepool.begin_build()
     # mkdocs-jupyter wraps Files and reads abs_src_path through src_dir, so every lab is laid out
     # under one folder that mirrors notebooks/: the executed copy, or the source while it is pending.
     render_dir = labs.CACHE_DIR / "render"
@@ -400,7 +380,43 @@ def on_nav(nav, config, files):
         source = labs.rel(_lab_sources[file.src_uri]) if file.src_uri in _lab_sources else f"{docs.name}/{file.src_uri}"
         log.warning(f"{source} is not in the navigation, so readers cannot reach it. "
                     f"fix: add '{Path(file.src_uri).name}' to the nav list in {nav_file.as_posix()}")
+    _convert_labs_ahead(nav, config)
     return nav
+
+
+def _convert_labs_ahead(nav, config) -> None:
+    """Hand the labs whose conversion is not cached to worker processes, in the order the build will
+    reach them (tools/pagepool.py); on_page_markdown waits for a lab's worker before it is rendered."""
+    from mkdocs_jupyter.plugin import _compute_cache_key, _get_cache_path
+
+    jupyter = config["plugins"].get("mkdocs-jupyter")
+    if jupyter is None or not jupyter.config["cache"] or pagepool.workers() <= 1:
+        return
+    options = {k: jupyter.config[k] for k in ("kernel_name", "theme", "allow_errors", "show_input", "no_input",
+                                              "no_prompt", "remove_tag_config", "highlight_extra_classes",
+                                              "include_requirejs", "custom_mathjax_url")}
+    jobs = []
+    for page in nav.pages:
+        if not _is_lab(page.file) or page.file.src_uri not in _lab_sources:
+            continue
+        path = page.file.abs_src_path
+        execute = jupyter.config["execute"] and not any(
+            PurePosixPath(path).match(p) for p in jupyter.config["execute_ignore"] or ())
+        cache_path = _get_cache_path(jupyter.config["cache_dir"], _compute_cache_key(path, jupyter.config, execute))
+        why = _pending_labs.get(labs.rel(_lab_sources[page.file.src_uri]))
+        if cache_path.exists():
+            import json
+
+            body = json.loads(cache_path.read_text(encoding="utf-8"))["content"]
+            if 'class="mermaid"' in body or _stage_get("lab-pages", pagepool.lab_page_key(body, why)) is not None:
+                continue
+        jobs.append((page.file.src_uri, {"path": path, "cache_path": str(cache_path), "why": why,
+                                         "nb2html": {"execute": execute, **options}}))
+    if len(jobs) < 2:  # one lab converts faster here than a worker process starts
+        return
+    pool = pagepool.start()
+    for src_uri, job in jobs:
+        pool.labs[src_uri] = pool.submit(pagepool.convert_lab, job)
 
 
 _BENCH_TABLE = re.compile(r"<!--\s*bench-table:\s*([a-z0-9-]+)/([a-z0-9-]+/[a-z0-9-]+)\s*-->")
@@ -450,6 +466,9 @@ def _bench_table(match: re.Match) -> str:
 
 def on_page_markdown(markdown, page, config, files):
     if _is_lab(page.file):
+        pool = pagepool.current()
+        if pool is not None and page.file.src_uri in pool.labs:  # its worker writes the caches render() reads
+            pagepool.result(pool.labs.pop(page.file.src_uri), labs.rel(_lab_sources[page.file.src_uri]), log)
         return markdown
     markdown = _BENCH_TABLE.sub(_bench_table, markdown)
     # A page may define an abbreviation itself (UVM is a verification methodology on the chip-design
@@ -460,10 +479,6 @@ def on_page_markdown(markdown, page, config, files):
         glossary = "".join(line + "\n" for line in glossary.splitlines()
                            if not any(line.startswith(f"*[{a}]:") for a in own))
     return markdown + "\n\n" + glossary
-
-
-def _foreign(url: str | None) -> bool:
-    return bool(url) and bool(urlparse(url).netloc or url.startswith("//"))
 
 
 def _static_diagrams(html: str, page) -> str:
@@ -500,64 +515,17 @@ def on_page_content(html, page, config, files):
     page.meta.setdefault("search", {"boost": 0.5})
     why = _pending_labs.get(labs.rel(_lab_sources[page.file.src_uri]))
     # Parsing a lab's HTML (outputs, images) is the slowest step of a rebuild: the result is cached
-    # by the input, the banner and this file's own code, so an edit elsewhere never repeats it.
-    key = _stage_key("lab-page", html, why or "", Path(__file__).read_text(encoding="utf-8"))
+    # by the input, the banner and the code that does it (tools/pagepool.py), so an edit elsewhere
+    # never repeats it; on a cold build a worker process has usually done it already.
+    key = pagepool.lab_page_key(html, why)
     hit = _stage_get("lab-pages", key)
     if hit is not None:
         page.toc = get_toc(hit["toc"])
         return hit["html"]
-    html, tokens = _process_lab_html(html, why)
+    html, tokens = pagepool.lab_page(html, why)
     page.toc = get_toc(tokens)
     _stage_put("lab-pages", key, {"html": html, "toc": tokens})
     return html
-
-
-def _process_lab_html(html: str, why: str | None) -> tuple[str, list[dict]]:
-    # html.parser keeps the fragment as it is (lxml would move mkdocs-jupyter's <style> into a <head>).
-    soup = BeautifulSoup(html, "html.parser")
-    if why is not None:  # shown without outputs: say so at the top, never pass it off as executed
-        banner = BeautifulSoup('<div class="admonition warning lab-pending"><p class="admonition-title">'
-                               '本实验尚未执行，下面只有代码，没有输出</p><p></p></div>', "html.parser")
-        banner.find_all("p")[1].string = why
-        soup.insert(0, banner)
-    # Index a lab's prose and outputs but not its code: the code cells (and their hidden copies for
-    # the copy button) were 44 % of the search index, which every page prefetches. Material's
-    # indexer skips an element marked `data-search-exclude` and strips the mark afterwards; the mark
-    # goes on the innermost elements, because its parser forgets the mark at the first nested
-    # closing tag of the same name (a marked <div> stops being skipped at its first inner </div>).
-    for el in soup.select("div.jp-CodeCell div.jp-InputArea pre, div.jp-CodeCell div.clipboard-copy-txt, "
-                          "div.jp-InputPrompt, div.jp-OutputPrompt, div.jp-CodeCell span.notice, span.cell-tag"):
-        el["data-search-exclude"] = "true"
-    # nbconvert's template adds MathJax and Mermaid loaders from CDNs; the site uses its own KaTeX and Mermaid.
-    for script in soup.find_all("script"):
-        text = script.string or ""
-        if _foreign(script.get("src")) or "MathJax" in text or "mermaid" in text:
-            script.decompose()
-    # Stable anchors with the same slug function as Markdown pages (all-Chinese headings included).
-    seen: dict[str, int] = {}
-    tokens: list[dict] = []
-    stack: list[dict] = []
-    for h in soup.find_all(re.compile(r"^h[1-6]$")):
-        for a in h.find_all("a", class_="anchor-link"):
-            a.decompose()
-        name = h.get_text(" ", strip=True)
-        base = _slug(name, "-") or "section"
-        n = seen.get(base, 0)
-        seen[base] = n + 1
-        hid = base if n == 0 else f"{base}_{n}"
-        h["id"] = hid
-        link = soup.new_tag("a", href=f"#{hid}", attrs={"class": "headerlink", "title": "Permanent link"})
-        link.string = "¶"
-        h.append(link)
-        token = {"level": int(h.name[1]), "id": hid, "name": name, "children": []}
-        while stack and stack[-1]["level"] >= token["level"]:
-            stack.pop()
-        (stack[-1]["children"] if stack else tokens).append(token)
-        stack.append(token)
-    # Code and outputs scroll sideways on narrow screens; keyboard users must be able to focus them.
-    for pre in soup.find_all("pre"):
-        pre["tabindex"] = "0"
-    return str(soup), tokens
 
 
 def on_page_context(context, page, config, nav):
@@ -635,6 +603,7 @@ def _compact_search_index(site_dir: Path) -> None:
 
 
 def on_build_error(error):
+    pagepool.close()
     _close_diagrams()
 
 
@@ -677,6 +646,7 @@ def _fix_print_page_anchors(site_dir: Path) -> None:
 
 @event_priority(-100)  # after the search plugin has written its index
 def on_post_build(config):
+    pagepool.close()
     _close_diagrams()
     if _to_submit:
         runner = labs.background()
@@ -696,6 +666,7 @@ def on_post_build(config):
 
 
 def on_shutdown():
+    pagepool.close()
     # `make serve` stopped: labs still queued for the background are dropped (a running one finishes).
     if labs._background is not None:
         labs._background.pool.shutdown(wait=False, cancel_futures=True)

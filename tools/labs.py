@@ -79,6 +79,13 @@ def check_source(path: Path) -> list[Problem]:
             f"committed with outputs or execution counts in cell(s) {', '.join(str(i + 1) for i in dirty)}",
             "strip them with `make labs-sync` (the pre-commit hook does it on every commit)",
         ))
+    no_id = [i for i, c in enumerate(cells) if not c.get("id")]
+    if no_id and (nb.get("nbformat"), nb.get("nbformat_minor", 0)) >= (4, 5):
+        problems.append(Problem(
+            name, None, f"cell(s) {', '.join(str(i + 1) for i in no_id)} have no id, so every conversion makes up "
+            "a random one and the lab's page changes on every build",
+            "run `make labs-sync`, which gives each such cell a stable id",
+        ))
     first = code_cells[0][1] if code_cells else None
     if first is None or SETUP_TAG not in first.get("metadata", {}).get("tags", []):
         problems.append(Problem(
@@ -96,6 +103,20 @@ def check_source(path: Path) -> list[Problem]:
     return problems
 
 
+def _new_cell_id(index: int, cell: dict, taken: set[str]) -> str:
+    """A stable id for a cell that has none (nbformat 4.5 requires them; without one nbconvert makes up a
+    random id on every conversion, so the lab's page would change on every build)."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{index}\0{_source(cell)}".encode()).hexdigest()
+    for start in range(0, len(digest) - 8):
+        cid = digest[start:start + 8]
+        if cid not in taken:
+            taken.add(cid)
+            return cid
+    raise RuntimeError("no free cell id")  # 56 candidates: unreachable in practice
+
+
 def sync(path: Path) -> bool:
     """Rewrite the setup cell from the template and strip outputs. Returns True if the file changed."""
     nb = load(path)
@@ -108,12 +129,15 @@ def sync(path: Path) -> bool:
     else:
         insert_at = 1 if cells and cells[0].get("cell_type") == "markdown" else 0
         cells.insert(insert_at, setup)
-    for cell in cells:
+    taken = {c["id"] for c in cells if c.get("id")}
+    for i, cell in enumerate(cells):
         if cell.get("cell_type") == "code":
             cell["outputs"] = []
             cell["execution_count"] = None
         if isinstance(cell.get("source"), list):
             cell["source"] = "".join(cell["source"])
+        if not cell.get("id"):
+            cell["id"] = _new_cell_id(i, cell, taken)
     text = json.dumps(nb, ensure_ascii=False, indent=1) + "\n"
     if text != path.read_text(encoding="utf-8"):
         path.write_text(text, encoding="utf-8")
