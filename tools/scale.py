@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-COPY = ["docs", "notebooks", "overrides", "tools", "data", "code", "mkdocs.yml", ".autocorrectrc",
+COPY = ["docs", "notebooks", "overrides", "tools", "data", "code", "bench", "mkdocs.yml", ".autocorrectrc",
         "requirements.txt", "package.json"]
 
 
