@@ -33,6 +33,35 @@ def test_param_count_equals_hf_model(name):
     assert tm.param_count(tm.PUBLISHED[name]) == _hf_count(name)
 
 
+BERT_SHAPES = {  # Devlin et al. 2019, section 3: L, H, A; d_ff = 4H (footnote 3)
+    "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
+    "large": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096),
+}
+
+
+@pytest.mark.parametrize("size", ["base", "large"])
+def test_bert_param_count_equals_hf_bert_model(size):
+    transformers = pytest.importorskip("transformers")
+    shape = BERT_SHAPES[size]
+    with torch.device("meta"):   # no weights allocated, nothing downloaded
+        model = transformers.BertModel(transformers.BertConfig(**shape))
+    n = sum(p.numel() for p in model.parameters())
+    formula = tm.bert_param_count(**{k: v for k, v in shape.items() if k != "num_attention_heads"})
+    assert formula == n
+    # the numbers quoted on docs/algorithm/classic-networks.md ("110M" and "340M" in the paper)
+    assert n == {"base": 109_482_240, "large": 335_141_888}[size]
+
+
+def test_bert_base_breakdown_on_the_page():
+    d, L, V, f = 768, 12, 30522, 3072
+    assert (V + 512 + 2) * d + 2 * d == 23_837_184                          # embeddings + LayerNorm
+    assert L * (4 * d * d + 2 * d * f + f + 9 * d) == 85_054_464             # 12 encoder blocks
+    assert d * d + d == 590_592                                              # pooler
+    assert tm.bert_param_count(pooler=False) == 109_482_240 - 590_592
+    n_mm = L * (4 * d * d + 2 * d * f)                                       # weights in a matmul
+    assert n_mm == 84_934_656 and 4 * L * 512 * d == 18_874_368              # 2 N_mm, attention at T = 512
+
+
 def test_published_param_counts_and_kv_bytes():
     P = tm.PUBLISHED
     assert tm.param_count(P["Llama-3-8B"]) == 8_030_261_248

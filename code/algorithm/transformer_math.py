@@ -1,7 +1,7 @@
 """Cost formulas of a decoder-only Transformer (docs/algorithm/transformer.md).
 
-Parameter count, forward FLOPs per sequence, training FLOPs (6ND) and KV-cache bytes per
-token for MHA / GQA / MQA / MLA. Tested in tests/test_algorithm_transformer.py against
+Parameter count (and that of the BERT encoder, docs/algorithm/classic-networks.md), forward
+FLOPs per sequence, training FLOPs (6ND) and KV-cache bytes per token for MHA / GQA / MQA / MLA. Tested in tests/test_algorithm_transformer.py against
 Hugging Face models instantiated on the meta device from the published configs, against
 torch.utils.flop_counter on the from-scratch model of code/algorithm/tiny_transformer.py,
 and against the bytes of that model's real KV cache.
@@ -55,6 +55,24 @@ def param_count(c: Cfg) -> int:
     embed = c.vocab_size * d * (1 if c.tie_word_embeddings else 2)   # input table + LM head
     return c.num_hidden_layers * (attn + ffn + norms) + embed + d     # + final norm
 # --8<-- [end:params]
+
+
+# --8<-- [start:bert]
+def bert_param_count(vocab_size: int = 30522, hidden_size: int = 768, num_hidden_layers: int = 12,
+                     intermediate_size: int = 3072, max_position_embeddings: int = 512,
+                     type_vocab_size: int = 2, pooler: bool = True) -> int:
+    """BERT encoder (Devlin et al. 2019; defaults = BERT-base, the Hugging Face BertConfig keys).
+    Token, learned-position and segment embeddings summed, then a LayerNorm; Post-LN blocks in
+    which every linear layer has a bias; the tanh pooler over [CLS]. The head count does not
+    enter: n_h heads of d/n_h columns are the same d x d matrices."""
+    d, f = hidden_size, intermediate_size
+    embed = (vocab_size + max_position_embeddings + type_vocab_size) * d + 2 * d
+    attn = 4 * (d * d + d)                      # W_Q, W_K, W_V, W_O with biases
+    ffn = d * f + f + f * d + d                 # up and down projections with biases, GELU between
+    norms = 2 * 2 * d                           # two LayerNorms (gain and bias)
+    pool = d * d + d if pooler else 0
+    return embed + num_hidden_layers * (attn + ffn + norms) + pool
+# --8<-- [end:bert]
 
 
 # --8<-- [start:flops]
