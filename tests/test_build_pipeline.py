@@ -116,6 +116,22 @@ def test_one_page_edition_gets_every_anchor_its_links_use(tmp_path):
     assert '<section class="print-page" id="runtime"><h1 id="七层全景">' in text, "an id no link uses is left alone"
 
 
+
+def test_one_page_edition_keeps_one_copy_of_each_lab_stylesheet(tmp_path):
+    """Each lab carries the same inline Jupyter CSS; the one-page edition keeps the first copy only
+    (51 copies made Chromium take minutes to open it), and styles that differ all stay."""
+    from tools import hooks
+
+    jupyter = "<style>.jp-Cell{margin:0}</style>"
+    page = tmp_path / "print_page" / "index.html"
+    page.parent.mkdir()
+    page.write_text(f'<section id="a">{jupyter}<style>.a{{color:red}}</style><p>a</p></section>'
+                    f'<section id="b">{jupyter}<style>.b{{color:blue}}</style><p>b</p></section>', encoding="utf-8")
+    hooks._dedupe_print_styles(tmp_path)
+    text = page.read_text(encoding="utf-8")
+    assert text.count(jupyter) == 1 and text.index(jupyter) < text.index("<p>a</p>")
+    assert ".a{color:red}" in text and ".b{color:blue}" in text and "<p>b</p>" in text
+
 def test_cached_pages_still_have_their_links_and_anchors_checked(project_copy):
     """The Markdown render cache restores each page's anchors and links: renaming a heading that an
     unchanged (cached) page links to still fails the strict build, naming the linking page."""

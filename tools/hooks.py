@@ -644,6 +644,27 @@ def _fix_print_page_anchors(site_dir: Path) -> None:
     page.write_text("".join(out), encoding="utf-8")
 
 
+_STYLE = re.compile(r"<style[^>]*>.*?</style>", re.S)
+
+
+def _dedupe_print_styles(site_dir: Path) -> None:
+    """Every lab brings the same inline Jupyter stylesheets (about 0.6 MB); the one-page edition
+    copies each lab's, so at 50 labs it held 30 MB of identical CSS and Chromium spent minutes
+    applying it before `make pdf` could print. Keep the first copy of each identical block."""
+    page = site_dir / "print_page" / "index.html"
+    if not page.exists():
+        return
+    seen: set[str] = set()
+
+    def keep_first(m: re.Match) -> str:
+        if m.group(0) in seen:
+            return ""
+        seen.add(m.group(0))
+        return m.group(0)
+
+    page.write_text(_STYLE.sub(keep_first, page.read_text(encoding="utf-8")), encoding="utf-8")
+
+
 @event_priority(-100)  # after the search plugin has written its index
 def on_post_build(config):
     pagepool.close()
@@ -655,6 +676,7 @@ def on_post_build(config):
         log.info(f"{len(_to_submit)} lab(s) shown without outputs are executing in the background "
                  f"({labs.jobs()} at a time); their pages refresh when each is done")
     _fix_print_page_anchors(Path(config["site_dir"]))
+    _dedupe_print_styles(Path(config["site_dir"]))
     _patch_search_worker(Path(config["site_dir"]))
     _patch_lazy_search(Path(config["site_dir"]))
     _compact_search_index(Path(config["site_dir"]))

@@ -1,8 +1,9 @@
 // Renders math with the self-hosted KaTeX; overrides/main.html loads this only on pages with math.
 // Markdown pages: pymdownx.arithmatex (generic) leaves \( \) and \[ \] inside .arithmatex elements.
-// Lab pages: notebook Markdown cells keep $ $ and $$ $$ inside .jupyter-wrapper (code and outputs
-// are <pre>/<code>, which auto-render skips). A formula KaTeX cannot parse is reported on the
-// console (the browser tests fail on console errors) and left as its source.
+// Lab pages: notebook Markdown cells keep $ $ and $$ $$ inside .jupyter-wrapper .jp-MarkdownOutput;
+// only those are searched, never code cells or outputs (walking every lab's outputs made the
+// one-page edition take over five minutes to open). A formula KaTeX cannot parse is reported on
+// the console (the browser tests fail on console errors) and left as its source.
 (function () {
   // (the one-page edition holds many labs, hence querySelectorAll)
   var wrappers = document.querySelectorAll(".jupyter-wrapper");
@@ -17,7 +18,7 @@
       { left: "$", right: "$", display: false }
     ].concat(delimiters);
   }
-  var targets = Array.prototype.slice.call(wrappers).concat(Array.prototype.slice.call(document.querySelectorAll(".arithmatex")));
+  var targets = Array.prototype.slice.call(document.querySelectorAll(".jupyter-wrapper .jp-MarkdownOutput")).concat(Array.prototype.slice.call(document.querySelectorAll(".arithmatex")));
   targets.forEach(function (el) {
     renderMathInElement(el, { delimiters: delimiters });
   });
