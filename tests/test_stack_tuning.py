@@ -53,6 +53,22 @@ def test_rung_within_tolerance_of_fp64(rung, reference):
         assert tuning.rel_err(grad, ref_grad) > 1e-4
 
 
+def test_rungs_are_float32_whatever_the_default_dtype(reference):
+    """autocast casts only float32 tensors: a model built in a leaked float64 default would make
+    every rung an fp64 run and the ladder's errors meaningless."""
+    state, ids, targets, ref_loss, ref_grad = reference
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        model, loss_of, _ = tuning.build(tuning.LADDER[2], tuning.initial_state(tuning.CPU_SHAPE), tuning.CPU_SHAPE, CPU)
+        loss, grad = tuning.loss_and_grad(model, loss_of, ids, targets)
+    finally:
+        torch.set_default_dtype(before)
+        torch.set_float32_matmul_precision("highest")
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert tuning.rel_err(grad, ref_grad) > 1e-4, "bf16 autocast had no effect"
+
+
 def test_tolerances_follow_unit_roundoff():
     s = tuning.GPU_SHAPE
     tols = [tuning.tolerance(r, s, "grad") for r in tuning.LADDER[:3]]

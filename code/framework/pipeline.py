@@ -120,7 +120,17 @@ def run_schedule(name: str, p: int, m: int, t_f: float = 1.0, t_b: float = 2.0):
 
 
 def reference_grads(p: int, m: int, v: int):
+    """The unsplit model's gradients in float64; runs in the caller's process, so the caller's
+    default dtype is restored afterwards."""
+    before = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
+    try:
+        return _reference_grads(p, m, v)
+    finally:
+        torch.set_default_dtype(before)
+
+
+def _reference_grads(p: int, m: int, v: int):
     stages = make_stages(p * v)
     xs, ys = make_batches(m)
     total = 0.0

@@ -128,7 +128,7 @@ def set_attention(model: GPT, sdpa: bool) -> GPT:
 def initial_state(s: Shape, seed: int = 0) -> dict:
     """The weights every rung starts from (and the fp64 reference is made of), on the CPU."""
     torch.manual_seed(seed)
-    return {k: v.clone() for k, v in GPT(s).state_dict().items()}
+    return {k: v.clone() for k, v in GPT(s).float().state_dict().items()}  # fp32 whatever the default dtype
 
 
 def markov_batches(s: Shape, n: int, seed: int = 0, noise: float = 0.1,
@@ -153,7 +153,7 @@ def markov_batches(s: Shape, n: int, seed: int = 0, noise: float = 0.1,
 def build(rung: Rung, state: dict, s: Shape, device: torch.device, lr: float = 6e-4):
     """Model, optimizer and one training step for this rung, starting from `state`."""
     torch.set_float32_matmul_precision("high" if rung.tf32 else "highest")
-    model = GPT(s, sdpa=rung.sdpa).to(device)
+    model = GPT(s, sdpa=rung.sdpa).to(device, torch.float32)  # autocast leaves float64 alone
     model.load_state_dict(state)
     fused = True if rung.fused_adamw and device.type == "cuda" else None  # None: foreach on CUDA
     opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=fused)
