@@ -128,7 +128,10 @@ def _print_by_chapter(page, folder: Path) -> list[Path]:
     style = page.add_style_tag(content="/* the part being printed */")
     paths = []
     for k in range(n):
-        css = f'section.print-page[data-print-part]:not([data-print-part="{k}"]) {{ display: none !important; }}'
+        # print-site's table of contents printed as hundreds of pages of repeated entries (973 at 116
+        # pages); the PDF's outline (bookmarks, from the headings) is its table of contents instead
+        css = (f'section.print-page[data-print-part]:not([data-print-part="{k}"]) {{ display: none !important; }}'
+               " #print-page-toc { display: none !important; }")
         if k:
             css += " #print-site-cover-page { display: none !important; }"
         style.evaluate("(el, css) => { el.textContent = css; }", css)
