@@ -9,18 +9,20 @@ deploy workflow publishes both). The checks, each naming what failed:
 - every internal link of the joined PDF resolves to a destination in it.
 
 Chromium holds a whole document's print layout in memory: printed in one piece, the edition of
-116 pages and 51 labs grew past 14 GB and was still printing after 11 minutes on two cores. So it
-is printed chapter by chapter from the one loaded page (the other chapters hidden, which takes
-them out of layout) and the parts are joined with pypdf. Chromium writes links as named
-destinations even when the target is in another part; pypdf drops such links when it appends a
-part, so they are put back on the joined pages, where every name resolves.
+116 pages and 51 labs grew past 14 GB and was still printing after 11 minutes on two cores, and
+hiding the other chapters of the loaded page barely helped (hidden content still costs). So the
+checked edition is cut into one HTML file per chapter beside it (same head, scripts and styles),
+each file is printed on its own, and the parts are joined with pypdf. A link into another chapter
+gets an empty hidden target in its file, so Chromium still writes it, as a named destination;
+pypdf drops such links when it appends a part, so they are put back on the joined pages, where
+every name resolves.
 """
 from __future__ import annotations
 
 import functools
 import http.server
 import os
-import shutil
+import re
 import subprocess
 import sys
 import threading
@@ -95,9 +97,12 @@ def check_and_print(site: Path, pdf: Path) -> dict:
                 raise SystemExit("the one-page edition is not ready to print:\n  " + "\n  ".join(problems) +
                                  "\n  fix: correct the page the anchor or formula comes from, then run `make pdf` again")
             start = time.monotonic()
-            parts = _print_by_chapter(page, pdf.parent / "print-parts")
+            page.close()
+            parts = _print_parts(browser, base, site)
             report.update(_join(parts, pdf))
-            shutil.rmtree(pdf.parent / "print-parts", ignore_errors=True)
+            for path in parts:
+                path.unlink()
+                path.with_suffix(".html").unlink()
             report["pdf_seconds"] = round(time.monotonic() - start, 1)
             report["console_errors"] = errors[:5]
             browser.close()
@@ -106,38 +111,64 @@ def check_and_print(site: Path, pdf: Path) -> dict:
     return report
 
 
-_MARK_CHAPTERS = """() => {
-    // top-level pages of the edition, grouped by chapter (the first part of the page id:
-    // algorithm-transformer belongs to algorithm); each group is printed as one part
-    const pages = [...document.querySelectorAll('#print-site-page section.print-page')]
-        .filter(s => !s.parentElement.closest('section.print-page'));
-    let part = -1, chapter = null;
-    for (const s of pages) {
-        const c = s.id.split('-')[0];
-        if (c !== chapter) { part += 1; chapter = c; }
-        s.dataset.printPart = String(part);
-    }
-    return part + 1;
-}"""
+_PAGE = re.compile(r'<section class="print-page" id="([^"]+)"')
+_COVER = re.compile(r'<section id="print-site-cover-page">.*?</section>', re.S)
+# print-site's table of contents printed as hundreds of pages of repeated entries (973 at 116
+# pages); the PDF's outline (bookmarks, from the headings) is its table of contents instead
+PRINT_CSS = "#print-page-toc { display: none !important; }"
 
 
-def _print_by_chapter(page, folder: Path) -> list[Path]:
-    """One PDF per chapter, in order; the cover goes with the first."""
-    folder.mkdir(parents=True, exist_ok=True)
-    n = page.evaluate(_MARK_CHAPTERS)
-    style = page.add_style_tag(content="/* the part being printed */")
+def split_edition(html: str) -> list[str]:
+    """The one-page edition cut into one document per chapter (pages grouped by the first part of
+    their id: algorithm-transformer belongs to algorithm), in order; the cover stays in the first.
+    Each document keeps the whole head and tail, and gets an empty hidden element for every id its
+    links point to in other chapters, so that Chromium keeps those links."""
+    starts = [(m.start(), m.group(1)) for m in _PAGE.finditer(html)]
+    if not starts:
+        raise SystemExit("the one-page edition has no pages (print-site's markup changed?)")
+    closing = html.find("</article>", starts[-1][0])
+    end = html.rfind("<style", starts[-1][0], closing)  # print-site's heading-number styles follow the last page
+    end = end if end != -1 else closing
+    head, tail = html[:starts[0][0]], html[end:]
+    groups: list[list[tuple[int, int]]] = []
+    chapter = None
+    for i, (begin, page_id) in enumerate(starts):
+        stop = starts[i + 1][0] if i + 1 < len(starts) else end
+        if page_id.split("-")[0] != chapter:
+            groups.append([])
+            chapter = page_id.split("-")[0]
+        groups[-1].append((begin, stop))
+    linked = set(re.findall(r'href="#([^"]+)"', html))
+    docs = []
+    for k, group in enumerate(groups):
+        body = "".join(html[b:e] for b, e in group)
+        present = set(re.findall(r'\sid="([^"]+)"', body))
+        # ids linked from other chapters: Chromium writes a destination only for an element that a
+        # link of the same document points at, so each gets a hidden link here
+        targets = "".join(f'<a href="#{t}"></a>' for t in sorted(present & linked))
+        # links into other chapters: Chromium drops a link whose target is not in the document
+        stubs = "".join(f'<span id="{t}"></span>' for t in sorted(set(re.findall(r'href="#([^"]+)"', body)) - present))
+        doc_head = head if k == 0 else _COVER.sub("", head, count=1)
+        docs.append(f'{doc_head}{body}<div hidden class="print-link-targets">{targets}{stubs}</div>{tail}')
+    return docs
+
+
+def _print_parts(browser, base: str, site: Path) -> list[Path]:
+    """Print each chapter's document (written beside the edition, so its relative URLs hold)."""
+    edition = site / "print_page" / "index.html"
     paths = []
-    for k in range(n):
-        # print-site's table of contents printed as hundreds of pages of repeated entries (973 at 116
-        # pages); the PDF's outline (bookmarks, from the headings) is its table of contents instead
-        css = (f'section.print-page[data-print-part]:not([data-print-part="{k}"]) {{ display: none !important; }}'
-               " #print-page-toc { display: none !important; }")
-        if k:
-            css += " #print-site-cover-page { display: none !important; }"
-        style.evaluate("(el, css) => { el.textContent = css; }", css)
-        path = folder / f"part-{k:02d}.pdf"
+    for k, doc in enumerate(split_edition(edition.read_text(encoding="utf-8"))):
+        html = edition.with_name(f"part-{k:02d}.html")
+        html.write_text(doc, encoding="utf-8")
+        page = browser.new_page()
+        page.goto(base + f"print_page/{html.name}", timeout=300_000, wait_until="load")
+        page.wait_for_load_state("networkidle", timeout=300_000)
+        page.emulate_media(media="print")
+        page.add_style_tag(content=PRINT_CSS)
+        path = html.with_suffix(".pdf")
         page.pdf(path=str(path), format="A4", print_background=True, outline=True, tagged=True,
                  margin={"top": "16mm", "bottom": "16mm", "left": "14mm", "right": "14mm"})
+        page.close()
         paths.append(path)
     return paths
 
