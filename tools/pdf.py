@@ -222,8 +222,15 @@ def _link_key(link) -> tuple:
 
 
 def main(argv: list[str]) -> int:
-    site = Path(argv[0]) if argv else ROOT / "site"
-    build(site)
+    """`python -m tools.pdf [--print-only] [SITE]`: --print-only prints a site already built with
+    HANDBOOK_PRINT=true (the deploy workflow builds and publishes the site first, then prints)."""
+    print_only = "--print-only" in argv
+    args = [a for a in argv if a != "--print-only"]
+    site = Path(args[0]) if args else ROOT / "site"
+    if not print_only:
+        build(site)
+    elif not (site / "print_page" / "index.html").exists():
+        raise SystemExit(f"{site}/print_page/ is missing: build with HANDBOOK_PRINT=true first (or drop --print-only)")
     pdf = site / "handbook.pdf"
     report = check_and_print(site, pdf)
     print(f"one-page edition: {site / 'print_page' / 'index.html'}; PDF: {pdf} ({pdf.stat().st_size / 1e6:.1f} MB, "
