@@ -157,20 +157,25 @@ def _leaves(model):
 
 def record(model, *inputs):
     """Run the model once; return {leaf name: (inputs, output)} in execution order."""
-    seen, hooks = {}, []
+    seen = {}
 
     def keep(mod, args, out, name):          # a forward hook must return None, or it replaces the output
         seen.setdefault(name, (tuple(a.detach() for a in args), out.detach()))
 
-    for name, mod in _leaves(model):
-        hooks.append(mod.register_forward_hook(lambda m, a, o, name=name: keep(m, a, o, name)))
+    _forward_with_hooks(model, inputs, keep)
+    return seen
+
+
+def _forward_with_hooks(model, inputs, fn):
+    """One no-grad forward with fn(module, args, output, name) hooked on every leaf module."""
+    hooks = [mod.register_forward_hook(lambda m, a, o, name=name: fn(m, a, o, name))
+             for name, mod in _leaves(model)]
     try:
         with torch.no_grad():
             model(*inputs)
     finally:
         for h in hooks:
             h.remove()
-    return seen
 
 
 def compare_layers(ref_model, test_model, x, dtype, tol):
@@ -192,20 +197,13 @@ def compare_layers(ref_model, test_model, x, dtype, tol):
 
 def first_nonfinite(model, *inputs):
     """Forward hooks that stop at the first module whose output has inf or NaN; returns its name."""
-    found, hooks = [], []
+    found = []
 
     def check(mod, args, out, name):
         if not found and not torch.isfinite(out).all():
             found.append(name)
 
-    for name, mod in _leaves(model):
-        hooks.append(mod.register_forward_hook(lambda m, a, o, name=name: check(m, a, o, name)))
-    try:
-        with torch.no_grad():
-            model(*inputs)
-    finally:
-        for h in hooks:
-            h.remove()
+    _forward_with_hooks(model, inputs, check)
     return found[0] if found else None
 # --8<-- [end:compare]
 
