@@ -116,6 +116,36 @@ def test_one_page_edition_gets_every_anchor_its_links_use(tmp_path):
     assert '<section class="print-page" id="runtime"><h1 id="七层全景">' in text, "an id no link uses is left alone"
 
 
+def test_one_page_edition_drops_the_lightbox_links_print_site_mangles(tmp_path):
+    """A lab figure's lightbox link points at the image's data URL; print-site turns it into an
+    in-page anchor (#page-data:image-png;base64,...) with no target: the link goes, the figure stays."""
+    from tools import hooks
+
+    page = tmp_path / "print_page" / "index.html"
+    page.parent.mkdir()
+    page.write_text('<section class="print-page" id="lab"><a class="glightbox" data-type="image" '
+                    'href="#lab-data:image-png;base64,ivbor"><img src="data:image/png;base64,iVBOR"></a>'
+                    '<a href="#lab-x">x</a><h2 id="lab-x">x</h2></section>', encoding="utf-8")
+    hooks._fix_print_page_anchors(tmp_path)
+    text = page.read_text(encoding="utf-8")
+    assert '<a class="glightbox" data-type="image"><img src="data:image/png;base64,iVBOR"></a>' in text
+    assert '<a href="#lab-x">x</a>' in text, "ordinary in-page links are kept"
+
+
+def test_one_page_edition_spells_each_fragment_one_way(tmp_path):
+    """The PDF names a destination by the link's spelling: a percent-encoded link is written in UTF-8."""
+    from tools import hooks
+
+    page = tmp_path / "print_page" / "index.html"
+    page.parent.mkdir()
+    page.write_text('<section class="print-page" id="hw"><h2 id="hw-5-roofline-模型">x</h2>'
+                    '<a href="#hw-5-roofline-%E6%A8%A1%E5%9E%8B">a</a><a href="#hw-5-roofline-模型">b</a></section>',
+                    encoding="utf-8")
+    hooks._fix_print_page_anchors(tmp_path)
+    text = page.read_text(encoding="utf-8")
+    assert text.count('href="#hw-5-roofline-模型"') == 2 and "%E6" not in text
+
+
 
 def test_one_page_edition_keeps_one_copy_of_each_lab_stylesheet(tmp_path):
     """Each lab carries the same inline Jupyter CSS; the one-page edition keeps the first copy only

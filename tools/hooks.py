@@ -16,8 +16,9 @@ import os
 import re
 import shutil
 import sys
+from html import escape
 from pathlib import Path, PurePosixPath
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 import yaml
 from mkdocs.exceptions import PluginError
@@ -641,7 +642,15 @@ def _fix_print_page_anchors(site_dir: Path) -> None:
             return f'{m.group(1)}id="{target}"'
 
         out.append(re.sub(r'(\s)id="([^"]+)"', fix, chunk))
-    page.write_text("".join(out), encoding="utf-8")
+    # print-site also "prefixes" the lightbox link around each lab figure, whose href is the image
+    # itself (data:image/png;base64,...): the result is an 8 KB anchor to nothing. The figure stays;
+    # its link goes (the edition has no lightbox, and PDF readers reject names that long)
+    text = re.sub(r'(<a class="glightbox"[^>]*?)\shref="#[^"]*"', r"\1", "".join(out))
+    # one fragment, one spelling: a link written percent-encoded (#roofline-%E6%A8%A1%E5%9E%8B) and
+    # one written in UTF-8 reach the same heading in a browser, but the PDF names its destinations
+    # by the spelling, so an encoded link into another part of the PDF found no destination
+    text = re.sub(r'href="#([^"]*%[0-9A-Fa-f]{2}[^"]*)"', lambda m: f'href="#{escape(unquote(m.group(1)))}"', text)
+    page.write_text(text, encoding="utf-8")
 
 
 _STYLE = re.compile(r"<style[^>]*>.*?</style>", re.S)
