@@ -3,6 +3,7 @@ in the background, diagrams and math rendered at build time, and the errors each
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -114,6 +115,29 @@ def test_one_page_edition_gets_every_anchor_its_links_use(tmp_path):
     text = page.read_text(encoding="utf-8")
     assert 'id="stack-七层全景"' in text and 'id="stack-__codelineno-0-1"' in text and 'id="stack-已有"' in text
     assert '<section class="print-page" id="runtime"><h1 id="七层全景">' in text, "an id no link uses is left alone"
+
+
+def test_print_site_anchor_ids_get_the_page_prefix_in_linear_time(monkeypatch):
+    """tools/hooks.py replaces print-site's update_anchor_ids (it scanned each tag to the end of its
+    line: 30 s for one page of build-time math). Every id the plugin prefixed is prefixed the same
+    way; a footnote that follows other tags on its line, which the plugin's scan missed, is too."""
+    from mkdocs_print_site_plugin import urls
+
+    from tools import hooks
+
+    original = urls.update_anchor_ids
+    monkeypatch.setattr(urls, "update_anchor_ids", original)  # restored after the test
+    page = ('<h1 id="t">T</h1>\n<h2 class="x" id="why">Why <a class="headerlink" href="#why">¶</a></h2>\n'
+            '<p>a<sup id="fnref:1"><a href="#fn:1">1</a></sup></p>\n<ol><li id="fn:1">note</li><li>plain</li></ol>\n'
+            '<div id="not-a-heading"><h3 id="deep">D</h3></div>\n<h6 id="end">E</h6>')
+    by_plugin = set(re.findall(r'\sid="([^"]*)"', original(page, "P")))
+    hooks._patch_print_site()
+    assert urls.update_anchor_ids is hooks._print_update_anchor_ids
+    fixed = urls.update_anchor_ids(page, "P")
+    assert by_plugin - {"fnref:1", "fn:1"} <= set(re.findall(r'\sid="([^"]*)"', fixed))
+    assert fixed == page.replace('id="', 'id="P-').replace('id="P-not-a-heading"', 'id="not-a-heading"')
+    math_line = "<p>" + '<span class="mord"><span class="vlist" style="height:1em;">x</span></span>' * 20000 + "</p>"
+    assert urls.update_anchor_ids(math_line, "P") == math_line
 
 
 def test_one_page_edition_drops_the_lightbox_links_print_site_mangles(tmp_path):

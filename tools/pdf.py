@@ -354,7 +354,7 @@ def main(argv: list[str]) -> int:
     print(f"one-page edition: {site / 'print_page' / 'index.html'}; PDF: {pdf} ({pdf.stat().st_size / 1e6:.1f} MB, "
           f"{report['pdf_pages']} pages printed in {report['parts']} parts in {report['pdf_seconds']} s); "
           f"{report['links']} internal links, all resolved ({report['pdf_links']} in the PDF, "
-          f"{report['pdf_links_restored']} of them across parts); "
+          f"{report['pdf_links_restored']} of them across parts); {report['pdf_outline']} bookmarks; "
           f"{report['formulas']} formulas, {report['diagrams']} diagrams rendered")
     return 0
 
