@@ -102,17 +102,22 @@ def test_math_is_typeset_at_build_time_and_bad_tex_names_its_page(tmp_path, monk
     assert "docs/bad.md" in str(err.value) and "\\frac{1}{" in str(err.value) and "fix:" in str(err.value)
 
 
-def test_one_page_edition_gets_every_anchor_its_links_use(tmp_path):
-    """print-site prefixes links with the page id but not some targets (h1s, code lines): fixed after the build."""
+def _fixed_edition(tmp_path, html: str) -> str:
+    """The one-page edition after tools/hooks.py has mended print-site's anchors and links."""
     from tools import hooks
 
     page = tmp_path / "print_page" / "index.html"
     page.parent.mkdir()
-    page.write_text('<section class="print-page" id="stack"><h1 id="七层全景">七层全景<a href="#stack-七层全景">¶</a></h1>'
-                    '<h2 id="stack-已有">x</h2><a id="__codelineno-0-1"></a><a href="#stack-__codelineno-0-1">1</a></section>'
-                    '<section class="print-page" id="runtime"><h1 id="七层全景">同名标题</h1></section>', encoding="utf-8")
+    page.write_text(html, encoding="utf-8")
     hooks._fix_print_page_anchors(tmp_path)
-    text = page.read_text(encoding="utf-8")
+    return page.read_text(encoding="utf-8")
+
+
+def test_one_page_edition_gets_every_anchor_its_links_use(tmp_path):
+    """print-site prefixes links with the page id but not some targets (h1s, code lines): fixed after the build."""
+    text = _fixed_edition(tmp_path, '<section class="print-page" id="stack"><h1 id="七层全景">七层全景<a href="#stack-七层全景">¶</a></h1>'
+                          '<h2 id="stack-已有">x</h2><a id="__codelineno-0-1"></a><a href="#stack-__codelineno-0-1">1</a></section>'
+                          '<section class="print-page" id="runtime"><h1 id="七层全景">同名标题</h1></section>')
     assert 'id="stack-七层全景"' in text and 'id="stack-__codelineno-0-1"' in text and 'id="stack-已有"' in text
     assert '<section class="print-page" id="runtime"><h1 id="七层全景">' in text, "an id no link uses is left alone"
 
@@ -143,32 +148,18 @@ def test_print_site_anchor_ids_get_the_page_prefix_in_linear_time(monkeypatch):
 def test_one_page_edition_drops_the_lightbox_links_print_site_mangles(tmp_path):
     """A lab figure's lightbox link points at the image's data URL; print-site turns it into an
     in-page anchor (#page-data:image-png;base64,...) with no target: the link goes, the figure stays."""
-    from tools import hooks
-
-    page = tmp_path / "print_page" / "index.html"
-    page.parent.mkdir()
-    page.write_text('<section class="print-page" id="lab"><a class="glightbox" data-type="image" '
-                    'href="#lab-data:image-png;base64,ivbor"><img src="data:image/png;base64,iVBOR"></a>'
-                    '<a href="#lab-x">x</a><h2 id="lab-x">x</h2></section>', encoding="utf-8")
-    hooks._fix_print_page_anchors(tmp_path)
-    text = page.read_text(encoding="utf-8")
+    text = _fixed_edition(tmp_path, '<section class="print-page" id="lab"><a class="glightbox" data-type="image" '
+                          'href="#lab-data:image-png;base64,ivbor"><img src="data:image/png;base64,iVBOR"></a>'
+                          '<a href="#lab-x">x</a><h2 id="lab-x">x</h2></section>')
     assert '<a class="glightbox" data-type="image"><img src="data:image/png;base64,iVBOR"></a>' in text
     assert '<a href="#lab-x">x</a>' in text, "ordinary in-page links are kept"
 
 
 def test_one_page_edition_spells_each_fragment_one_way(tmp_path):
     """The PDF names a destination by the link's spelling: a percent-encoded link is written in UTF-8."""
-    from tools import hooks
-
-    page = tmp_path / "print_page" / "index.html"
-    page.parent.mkdir()
-    page.write_text('<section class="print-page" id="hw"><h2 id="hw-5-roofline-模型">x</h2>'
-                    '<a href="#hw-5-roofline-%E6%A8%A1%E5%9E%8B">a</a><a href="#hw-5-roofline-模型">b</a></section>',
-                    encoding="utf-8")
-    hooks._fix_print_page_anchors(tmp_path)
-    text = page.read_text(encoding="utf-8")
+    text = _fixed_edition(tmp_path, '<section class="print-page" id="hw"><h2 id="hw-5-roofline-模型">x</h2>'
+                          '<a href="#hw-5-roofline-%E6%A8%A1%E5%9E%8B">a</a><a href="#hw-5-roofline-模型">b</a></section>')
     assert text.count('href="#hw-5-roofline-模型"') == 2 and "%E6" not in text
-
 
 
 def test_one_page_edition_keeps_one_copy_of_each_lab_stylesheet(tmp_path):

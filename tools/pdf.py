@@ -143,9 +143,10 @@ def split_edition(html: str, max_bytes: int = PART_BYTES) -> list[str]:
     """The one-page edition cut into documents of whole pages, in order: a document never spans two
     chapters (pages are grouped by the first part of their id: algorithm-transformer belongs to
     algorithm) and holds at most max_bytes of page HTML (a larger page is a document of its own);
-    the cover stays in the first. Each document keeps the whole head and tail, and gets an empty
-    hidden element for every id its links point to in other documents, so that Chromium keeps
-    those links."""
+    the cover stays in the first. Each document keeps the whole head and tail, an empty hidden
+    element for every id its links point to in other documents (so that Chromium keeps those links),
+    and a hidden link to every id another document links to and every heading of the outline (so
+    that Chromium writes their destinations)."""
     starts = [(m.start(), m.group(1)) for m in _PAGE.finditer(html)]
     if not starts:
         raise SystemExit("the one-page edition has no pages (print-site's markup changed?)")
