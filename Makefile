@@ -69,7 +69,7 @@ bench: setup
 	$(BIN)/python -m bench
 
 gpu-check: setup
-	$(BIN)/python -m tools.gpu_check
+	$(BIN)/python -m bench.gpu_check
 
 bench-site: setup
 	$(BIN)/python -m tools.sitebench $(if $(SCALE),--scale)

@@ -338,7 +338,7 @@ def _provenance(cuda: bool, argv: list[str], env: dict) -> dict:
 
     command = " ".join(["python -m bench.collectives", *argv])
     if cuda:
-        from bench.__main__ import provenance
+        from bench.provenance import provenance
 
         prov = provenance(torch, argv)
         v = torch.cuda.nccl.version()
@@ -346,7 +346,7 @@ def _provenance(cuda: bool, argv: list[str], env: dict) -> dict:
         prov["gpu_count_visible"] = torch.cuda.device_count()
         prov["topology"] = _topology()
     else:
-        from bench.__main__ import _commit
+        from bench.provenance import _commit
 
         prov = {"gpu": None, "cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
                 "packages": {"torch": torch.__version__}, "commit": _commit(),
@@ -621,7 +621,7 @@ def main(argv: list[str]) -> int:
     prov = _provenance(not cpu, argv, dict(ALWAYS_ENV))
     slug = None
     if not cpu:
-        from bench.__main__ import gpu_slug
+        from bench.provenance import gpu_slug
 
         slug = gpu_slug(prov["gpu"])
     out_root = Path(args.out) if args.out else ROOT / "data" / "records"

@@ -1,6 +1,6 @@
 """Check, before anything is timed, that each framework the benchmarks use imports and runs a trivial kernel.
 
-`python -m bench` and `python -m tools.gpu_check` call `check_frameworks()` first. Each probe runs in its
+`python -m bench` and `python -m bench.gpu_check` call `check_frameworks()` first. Each probe runs in its
 own interpreter (a failed import can leave a half-initialised module behind, and a crash must not take
 the caller with it), so a broken combination of packages costs one clear message instead of a traceback
 in the middle of a run. The rungs that need a framework that failed are recorded as not measured.

@@ -337,7 +337,7 @@ def main(argv: list[str]) -> int:
     efficiency(rows)
     slug = None
     if not cpu:
-        from bench.__main__ import gpu_slug
+        from bench.provenance import gpu_slug
 
         slug = gpu_slug(prov["gpu"])
     out_root = Path(args.out) if args.out else ROOT / "data" / "records"

@@ -53,7 +53,7 @@ def test_every_lab_with_a_bench_cell_has_every_rung_at_every_size_on_each_gpu():
             assert want <= have, f"{gpu_dir.name}/{slug}: missing {sorted(want - have)[:5]}"
 
 
-@pytest.mark.parametrize("module,says", [("bench", "Nothing was measured"), ("tools.gpu_check", "nothing was run")])
+@pytest.mark.parametrize("module,says", [("bench", "Nothing was measured"), ("bench.gpu_check", "nothing was run")])
 def test_gpu_commands_say_they_need_a_gpu_on_a_cpu_machine(module, says, tmp_path):
     import torch
 

@@ -26,7 +26,7 @@ def run_one(name: str, out_dir: Path, argv: list[str]) -> Path:
     """Run experiment `name` in this process and write its record; returns the record's path."""
     import torch
 
-    from bench.__main__ import gpu_slug, provenance
+    from bench.provenance import gpu_slug, provenance
 
     module = importlib.import_module(f"bench.experiments.{name}")
     start = time.perf_counter()

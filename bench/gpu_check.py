@@ -1,6 +1,6 @@
 """On a machine with an NVIDIA GPU: run every lab top to bottom in GPU mode and every CUDA listing.
 
-`python -m tools.gpu_check [--out DIR] [NB_OR_CU ...]` (`make gpu-check`)
+`python -m bench.gpu_check [--out DIR] [NB_OR_CU ...]` (`make gpu-check`)
 
 CI has no GPU, so the labs' GPU paths (larger sizes, PTX inspection, live timing) and the `.cu`
 listings' self-checks run here only. Each lab runs in its own process (a crash or a CUDA error in one
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import envcheck  # noqa: E402
-from bench.__main__ import provenance  # noqa: E402
+from bench.provenance import provenance  # noqa: E402
 from tools import labs  # noqa: E402
 
 
@@ -64,7 +64,7 @@ def run_cuda(path: Path, arch: str, timeout: int) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.gpu_check", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.gpu_check", description=__doc__.splitlines()[0])
     parser.add_argument("items", nargs="*", help="labs (notebooks/…/x.ipynb) and CUDA files (code/…/x.cu); default: all")
     parser.add_argument("--out", default=str(ROOT / "test-results"), help="folder for gpu-check.json")
     parser.add_argument("--timeout", type=int, default=300, help="seconds allowed for each lab or listing")
@@ -72,7 +72,7 @@ def main(argv: list[str]) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print("python -m tools.gpu_check needs an NVIDIA GPU, and none is visible here; nothing was run.")
+        print("python -m bench.gpu_check needs an NVIDIA GPU, and none is visible here; nothing was run.")
         return 2
     env = envcheck.check_frameworks(printer=lambda m: print(m, flush=True))
     if not env["torch-cuda"]["ok"]:
@@ -101,7 +101,7 @@ def main(argv: list[str]) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     prov = provenance(torch, [])
-    prov["command"] = " ".join(["python -m tools.gpu_check", *args.items])
+    prov["command"] = " ".join(["python -m bench.gpu_check", *args.items])
     prov["environment"] = {fw: {"ok": r["ok"], "packages": r["packages"], **({} if r["ok"] else {"error": r["error"]})}
                            for fw, r in env.items()}
     summary = {"provenance": prov, "arch": arch, "results": results}
