@@ -358,3 +358,30 @@ def test_record_tensor_activity_times_clock_scaled_peak_is_the_achieved_rate():
     peak_now = spec["bf16_tensor_dense_tflops"] * mm["sm_mhz"]["median"] / rec["device"]["max_sm_mhz"]
     predicted = mm["gpm"]["any_tensor_util_pct"] / 100 * peak_now
     assert predicted == pytest.approx(mm["load"]["tflops"], rel=0.10)
+
+
+def test_record_power_usage_is_the_one_second_average_on_hopper():
+    """NVML's reference: nvmlDeviceGetPowerUsage returns the 1-s average on Ampere (except GA100) and newer,
+    instantaneous power on GA100 and older. The H200 (Hopper, compute capability 9.0) record stores three
+    columns read in the same sample: power_w from nvmlDeviceGetPowerUsage (read_sample), power_avg_w and
+    power_instant_w from nvmlDeviceGetFieldValues (NVML_FI_DEV_POWER_AVERAGE = 185, ..._INSTANT = 186).
+    power_w must be the average: equal to it bit for bit, or, where the reading was refreshed between the two
+    queries of one sample, equal to the average of the neighbouring sample; never equal to the instant value."""
+    import inspect
+
+    src = inspect.getsource(N.read_sample)
+    assert '"power_w": mw_to_w(nvml.nvmlDeviceGetPowerUsage(handle))' in src
+    assert "[FI_DEV_POWER_AVERAGE, FI_DEV_POWER_INSTANT]" in src
+    assert (N.FI_DEV_POWER_AVERAGE, N.FI_DEV_POWER_INSTANT) == (185, 186)       # nvml.h
+    record = _record()
+    assert record["provenance"]["compute_capability"] == "9.0"                   # Hopper: the 1-s average applies
+    cols = record["results"]["samples"]
+    p, avg, inst = (np.array(cols[k], dtype=float) for k in ("power_w", "power_avg_w", "power_instant_w"))
+    same = p == avg
+    assert same.mean() > 0.9 and not (p == inst).any()
+    for k in np.flatnonzero(~same):
+        assert p[k] in avg[max(k - 1, 0):k + 2]
+    # the page quotes the share of samples where the two agree bit for bit
+    page = PAGE.read_text(encoding="utf-8")
+    assert f"`power_w` 在 {round(100 * same.mean())}% 的样本里与 1 秒平均逐位相同" in page
+    assert "Ampere 起 `nvmlDeviceGetPowerUsage`" not in page                    # the erratum: GA100 is excluded

@@ -78,19 +78,25 @@ __global__ void online_softmax(const float* __restrict__ x, float* __restrict__ 
   const MD total = block_reduce_md(acc);
 
   // 第二遍：再读一次输入，写出归一化的结果。
-  const float inv_d = 1.0f / total.d;
+  // 整行都被掩码（全是 -inf）时 m 停在 -FLT_MAX、d = 0：若取 1/d，第二遍算的是 expf(-inf) * inf = 0 * inf = NaN。
+  // 这里与 FlashAttention、PyTorch SDPA 的约定一致，让这种行输出 0；部分掩码的行 d >= 1，不受影响。
+  const float inv_d = total.d > 0.0f ? 1.0f / total.d : 0.0f;
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
     row_out[j] = expf(row_in[j] - total.m) * inv_d;
   }
 }
 // --8<-- [end:kernel]
 
-// 主机端参考：double 精度的安全 softmax（先减最大值）。
+// 主机端参考：double 精度的安全 softmax（先减最大值）；整行都是 -inf 时按内核的约定输出 0。
 static void softmax_reference(const std::vector<float>& x, std::vector<double>& y, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* in = x.data() + r * cols;
     double m = -INFINITY, d = 0.0;
     for (int64_t j = 0; j < cols; ++j) m = std::fmax(m, static_cast<double>(in[j]));
+    if (m == -INFINITY) {
+      for (int64_t j = 0; j < cols; ++j) y[r * cols + j] = 0.0;
+      continue;
+    }
     for (int64_t j = 0; j < cols; ++j) d += std::exp(static_cast<double>(in[j]) - m);
     for (int64_t j = 0; j < cols; ++j) y[r * cols + j] = std::exp(static_cast<double>(in[j]) - m) / d;
   }
@@ -100,6 +106,7 @@ struct Case {
   int64_t rows, cols;
   float offset;       // 加到所有 logit 上的常数：1000 时朴素 softmax 必然溢出
   bool masked;        // 是否把每行约四分之一的位置置为 -inf（模拟注意力掩码）
+  int fully_masked;   // 非 0 时，行号除以它余 1 的行整行置为 -inf（变长序列的填充行），期望输出全 0
 };
 
 static int64_t run_case(const Case& c, uint32_t* state) {
@@ -111,6 +118,7 @@ static int64_t run_case(const Case& c, uint32_t* state) {
     *state = *state * 1664525u + 1013904223u;
     hx[i] = c.offset + (static_cast<float>(*state >> 8) / 16777216.0f - 0.5f) * 16.0f;
     if (c.masked && (*state >> 30) == 0u && i % c.cols != 0) hx[i] = -INFINITY;  // 每行第一个元素不掩
+    if (c.fully_masked != 0 && (i / c.cols) % c.fully_masked == 1) hx[i] = -INFINITY;
   }
   softmax_reference(hx, ref, c.rows, c.cols);
 
@@ -135,18 +143,19 @@ static int64_t run_case(const Case& c, uint32_t* state) {
     worst = std::fmax(worst, err / (std::fabs(ref[i]) + 1e-30));
     if (!(err <= 1e-5 * std::fabs(ref[i]) + 1e-12)) ++wrong;  // NaN 也算错
   }
-  std::printf("rows=%-6lld cols=%-6lld offset=%-6g masked=%d  max rel err=%.2e  mismatches=%lld\n",
+  std::printf("rows=%-6lld cols=%-6lld offset=%-6g masked=%d fully_masked=%d  max rel err=%.2e  mismatches=%lld\n",
               static_cast<long long>(c.rows), static_cast<long long>(c.cols), c.offset, c.masked ? 1 : 0,
-              worst, static_cast<long long>(wrong));
+              c.fully_masked, worst, static_cast<long long>(wrong));
   return wrong;
 }
 
 int main() {
-  // 列数覆盖：比块小、不是块大小的整数倍、一行放得下寄存器、长行；再加上大偏移与掩码。
+  // 列数覆盖：比块小、不是块大小的整数倍、一行放得下寄存器、长行；再加上大偏移、部分掩码与整行掩码。
   const Case cases[] = {
-      {4, 1, 0.0f, false},       {3, 100, 0.0f, false},     {257, 4096, 0.0f, false},
-      {64, 10007, 0.0f, false},  {8, 262144, 0.0f, false},  {32, 4096, 1000.0f, false},
-      {32, 4096, -1000.0f, false}, {32, 3000, 0.0f, true},
+      {4, 1, 0.0f, false, 0},       {3, 100, 0.0f, false, 0},     {257, 4096, 0.0f, false, 0},
+      {64, 10007, 0.0f, false, 0},  {8, 262144, 0.0f, false, 0},  {32, 4096, 1000.0f, false, 0},
+      {32, 4096, -1000.0f, false, 0}, {32, 3000, 0.0f, true, 0},  {32, 3000, 0.0f, true, 4},
+      {4, 1, 0.0f, false, 2},
   };
   uint32_t state = 12345u;
   int64_t wrong = 0;
