@@ -20,10 +20,11 @@ help:
 	@echo "make lab NB=notebooks/<section>/<slug>.ipynb   execute one lab in a fresh kernel"
 	@echo "make bench      time the labs' kernels on an NVIDIA GPU, write data/bench/<gpu>/*.json"
 	@echo "make gpu-check  on an NVIDIA GPU: every lab in GPU mode, every .cu listing compiled and run"
+	@echo "                (GPU_PYTHON=python3: use an interpreter whose torch is a CUDA build; ARGS=... passes options)"
 	@echo "make bench-site build and rebuild times, search latency, page weights (needs chromium);"
 	@echo "                SCALE=1 measures a generated copy with 200 pages and 60 labs (tools/scale.py)"
 	@echo "make coverage   answered/total questions of the question bank per layer, and the unanswered ones;"
-	@echo "                the foundations canon (data/canon) covered per field, and the uncovered topics"
+	@echo "                every layer's canon (data/canon) covered per layer and per field, and the uncovered topics"
 	@echo "make lock       re-resolve requirements.in into the hashed requirements.txt"
 
 $(BIN)/.installed: requirements.txt
@@ -65,11 +66,17 @@ lab: setup
 test: setup
 	$(BIN)/python -m pytest
 
-bench: setup
-	$(BIN)/python -m bench
+# The lock pins the CPU build of torch, so on a GPU machine the GPU commands take an interpreter whose
+# torch is a CUDA build: `make gpu-check GPU_PYTHON=python3` (README, "GPU contributors"). Without
+# GPU_PYTHON they use the locked environment and say so when its torch cannot see the GPU.
+GPU_PYTHON ?=
+GPU_RUN = $(if $(GPU_PYTHON),$(GPU_PYTHON),$(BIN)/python)
 
-gpu-check: setup
-	$(BIN)/python -m bench.gpu_check
+bench: $(if $(GPU_PYTHON),,setup)
+	$(GPU_RUN) -m bench $(ARGS)
+
+gpu-check: $(if $(GPU_PYTHON),,setup)
+	$(GPU_RUN) -m bench.gpu_check $(ARGS)
 
 bench-site: setup
 	$(BIN)/python -m tools.sitebench $(if $(SCALE),--scale)

@@ -1,12 +1,14 @@
 """On a machine with an NVIDIA GPU: run every lab top to bottom in GPU mode and every CUDA listing.
 
-`python -m bench.gpu_check [--out DIR] [NB_OR_CU ...]` (`make gpu-check`)
+`python -m bench.gpu_check [--out DIR] [--jobs N] [--merge] [NB_OR_CU ...]` (`make gpu-check`,
+`make gpu-check GPU_PYTHON=/path/to/python` for an interpreter whose torch is a CUDA build)
 
 CI has no GPU, so the labs' GPU paths (larger sizes, PTX inspection, live timing) and the `.cu`
 listings' self-checks run here only. Each lab runs in its own process (a crash or a CUDA error in one
 does not hide the others); each `.cu` file is compiled with `nvcc -arch=sm_90` (or the GPU's own
 architecture) and its self-checking `main` must exit 0 and print PASS. A JSON summary with the GPU,
-driver and library versions is written to DIR/gpu-check.json; the exit status is 1 if anything failed.
+driver and library versions is written to DIR/gpu-check.json (`--merge` keeps the other items of an
+existing one, so a long check can be split into runs); the exit status is 1 if anything failed.
 """
 from __future__ import annotations
 
@@ -26,6 +28,20 @@ sys.path.insert(0, str(ROOT))
 from bench import envcheck  # noqa: E402
 from bench.provenance import provenance  # noqa: E402
 from tools import labs  # noqa: E402
+
+
+def missing_packages(path: Path) -> list[str]:
+    """The lab's declared packages (its setup cell) that this interpreter lacks, as pip requirements."""
+    import ast
+    import re
+    from importlib import util
+
+    # The setup cell's list, written where every package was installed: recomputing it here would miss
+    # exactly the packages this interpreter lacks (their modules map to no installed distribution).
+    setup = next(labs._source(c) for c in labs.load(path)["cells"] if c.get("cell_type") == "code")
+    m = re.search(r"^LAB_PACKAGES = (\{.*?^\})", setup, flags=re.M | re.S) or re.search(r"^LAB_PACKAGES = (\{\})", setup, flags=re.M)
+    packages = ast.literal_eval(m.group(1)) if m else {}
+    return [f"{dist}=={version}" for dist, (version, module) in packages.items() if util.find_spec(module) is None]
 
 
 def run_lab(path: Path, timeout: int) -> dict:
@@ -68,11 +84,22 @@ def main(argv: list[str]) -> int:
     parser.add_argument("items", nargs="*", help="labs (notebooks/…/x.ipynb) and CUDA files (code/…/x.cu); default: all")
     parser.add_argument("--out", default=str(ROOT / "test-results"), help="folder for gpu-check.json")
     parser.add_argument("--timeout", type=int, default=300, help="seconds allowed for each lab or listing")
+    parser.add_argument("--jobs", type=int, default=1, help="labs run at once (listings always one at a time)")
+    parser.add_argument("--merge", action="store_true", help="keep the other items of an existing gpu-check.json")
+    parser.add_argument("--print-missing", action="store_true",
+                        help="print the pinned packages the labs need that this interpreter lacks (for pip install), and exit")
     args = parser.parse_args(argv)
+    if args.print_missing:
+        print(" ".join(sorted({req for p in labs.iter_notebooks() for req in missing_packages(p)})))
+        return 0
     import torch
 
     if not torch.cuda.is_available():
         print("python -m bench.gpu_check needs an NVIDIA GPU, and none is visible here; nothing was run.")
+        if shutil.which("nvidia-smi") and not torch.version.cuda:
+            print(f"This interpreter ({sys.executable}) has torch {torch.__version__}, a CPU build (the locked "
+                  "environment's). On a GPU machine run it with an interpreter whose torch is a CUDA build: "
+                  "`make gpu-check GPU_PYTHON=python3` (see README, GPU contributors).")
         return 2
     env = envcheck.check_frameworks(printer=lambda m: print(m, flush=True))
     if not env["torch-cuda"]["ok"]:
@@ -81,31 +108,52 @@ def main(argv: list[str]) -> int:
     major, minor = torch.cuda.get_device_capability(0)
     arch = f"sm_{major}{minor}"
     items = [ROOT / i for i in args.items] or [*labs.iter_notebooks(), *sorted((ROOT / "code").rglob("*.cu"))]
-    results = []
-    for path in items:
+
+    def one(path: Path) -> dict:
         needs = [fw for fw, r in env.items() if not r["ok"] and path.suffix == ".ipynb" and uses(path, fw)]
         if needs:  # a lab that needs a framework that cannot run here: said so, not run, not hidden
-            res = {"item": labs.rel(path), "ok": False, "not_run": True, "seconds": 0,
-                   "tail": "; ".join(envcheck.message(env[fw]) for fw in needs)}
-            results.append(res)
-            print(f"NOT RUN           {res['item']} (needs {', '.join(needs)})", flush=True)
-            continue
+            return {"item": labs.rel(path), "ok": False, "not_run": True, "seconds": 0,
+                    "tail": "; ".join(envcheck.message(env[fw]) for fw in needs)}
+        lacking = missing_packages(path) if path.suffix == ".ipynb" else []
+        if lacking:
+            return {"item": labs.rel(path), "ok": False, "not_run": True, "seconds": 0,
+                    "tail": f"packages missing from {sys.executable}: pip install {' '.join(lacking)}"}
         try:
-            res = run_cuda(path, arch, args.timeout) if path.suffix == ".cu" else run_lab(path, args.timeout)
+            return run_cuda(path, arch, args.timeout) if path.suffix == ".cu" else run_lab(path, args.timeout)
         except subprocess.TimeoutExpired:
-            res = {"item": path.relative_to(ROOT).as_posix(), "ok": False, "seconds": args.timeout, "tail": "timed out"}
-        results.append(res)
-        print(f"{'PASS' if res['ok'] else 'FAIL'}  {res['seconds']:7.1f} s  {res['item']}", flush=True)
+            return {"item": path.relative_to(ROOT).as_posix(), "ok": False, "seconds": args.timeout, "tail": "timed out"}
+
+    def report(res: dict) -> None:
+        word = "NOT RUN" if res.get("not_run") else ("PASS" if res["ok"] else "FAIL")
+        print(f"{word:7s} {res['seconds']:7.1f} s  {res['item']}", flush=True)
         if not res["ok"]:
             print("    " + res["tail"].replace("\n", "\n    "), flush=True)
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    results = []
+    notebooks = [p for p in items if p.suffix == ".ipynb"]
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for res in pool.map(one, notebooks):
+            report(res)
+            results.append(res)
+    for path in (p for p in items if p.suffix != ".ipynb"):
+        res = one(path)
+        report(res)
+        results.append(res)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     prov = provenance(torch, [])
     prov["command"] = " ".join(["python -m bench.gpu_check", *args.items])
     prov["environment"] = {fw: {"ok": r["ok"], "packages": r["packages"], **({} if r["ok"] else {"error": r["error"]})}
                            for fw, r in env.items()}
+    target = out / "gpu-check.json"
+    if args.merge and target.exists():
+        done = {r["item"] for r in results}
+        results = [r for r in json.loads(target.read_text(encoding="utf-8"))["results"] if r["item"] not in done] + results
+        results.sort(key=lambda r: (not r["item"].startswith("notebooks/"), r["item"]))
     summary = {"provenance": prov, "arch": arch, "results": results}
-    (out / "gpu-check.json").write_text(json.dumps(summary, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    target.write_text(json.dumps(summary, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     failed = [r["item"] for r in results if not r["ok"] and not r.get("not_run")]
     not_run = [r["item"] for r in results if r.get("not_run")]
     print(f"\n{sum(r['ok'] for r in results)}/{len(results)} passed" + (f"; failed: {', '.join(failed)}" if failed else "")

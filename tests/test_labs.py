@@ -92,3 +92,22 @@ def test_execution_cache_is_keyed_on_the_notebook_and_the_lock_file(tmp_path, mo
 
     lab.write_text(lab.read_text(encoding="utf-8").replace("time_ns()", "time_ns() + 1"), encoding="utf-8")
     assert labs.execute(lab) != after_lock
+
+
+def test_outputs_that_must_not_be_published_are_named(tmp_path):
+    """The build refuses a lab whose outputs show the machine's paths or a warning (tools.labs.output_problems)."""
+    nb = {"cells": [
+        {"cell_type": "code", "id": "a", "metadata": {}, "execution_count": 1, "source": "",
+         "outputs": [{"output_type": "stream", "name": "stdout", "text": "gcc -o /tmp/x-1/a.out code/a.c\nok\n"}]},
+        {"cell_type": "code", "id": "b", "metadata": {}, "execution_count": 2, "source": "",
+         "outputs": [{"output_type": "stream", "name": "stderr",
+                      "text": "/srv/venv/lib/x.py:3: DeprecationWarning: old\n"}]},
+        {"cell_type": "code", "id": "c", "metadata": {}, "execution_count": 3, "source": "",
+         "outputs": [{"output_type": "stream", "name": "stdout", "text": "ratio 1/2 in code/a.c, /sys/devices is fine\n"}]},
+    ], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "x.ipynb"
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    problems = [str(p) for p in labs.output_problems(path, path)]
+    assert len(problems) == 2, problems
+    assert "cell 1, output line 1 shows a path" in problems[0] and "LAB_ROOT" in problems[0]
+    assert "cell 2, output line 1 is a warning: /srv/venv/lib/x.py:3: DeprecationWarning" in problems[1]

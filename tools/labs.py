@@ -475,7 +475,8 @@ def _dist_closure(names: set[str]) -> set[str]:
 KERNEL_DISTS = {"ipykernel", "ipython", "jupyter-client", "jupyter-core", "traitlets", "tornado", "pyzmq",
                 "comm", "debugpy", "matplotlib-inline", "prompt-toolkit", "pygments", "jedi", "parso",
                 "decorator", "stack-data", "executing", "asttokens", "pure-eval", "wcwidth", "psutil",
-                "nest-asyncio", "platformdirs", "python-dateutil", "six", "pexpect", "ptyprocess", "packaging"}
+                "nest-asyncio", "platformdirs", "python-dateutil", "six", "pexpect", "ptyprocess", "packaging",
+                "ipywidgets", "widgetsnbextension", "jupyterlab-widgets"}
 
 
 # Libraries that torch, numba, jax or scikit-learn import when they happen to be installed (tqdm,
@@ -540,6 +541,37 @@ def execute_alone(path: Path, base_url: str, workdir: Path, *, timeout: int = CE
         result["undeclared"] = sorted(d.lower().replace("_", "-") for d in json.loads(m.group(1))
                                       if d.lower().replace("_", "-") not in allowed)
     return result
+
+
+# An absolute path of the machine that executed the lab (its home, a temporary folder, a virtual
+# environment), or a warning on stderr: neither belongs on a published page.
+_ABS_PATH = re.compile(r"(?<![\w.~-])/(?:work|tmp|root|home|Users|usr|opt|var|private|mnt|srv)/[\w.+-]")
+_WARNING = re.compile(r"\b[A-Z]?\w*Warning\b|IProgress not found")
+
+
+def output_problems(executed: Path, source: Path) -> list[Problem]:
+    """What an executed lab would publish that it must not: a machine's absolute paths in any output,
+    a warning in stderr. Named by cell and output line, with the fix."""
+    nb = load(executed)
+    problems: list[Problem] = []
+    for i, cell in enumerate(nb.get("cells", []), 1):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream":
+                text, stderr = _source({"source": out.get("text", "")}), out.get("name") == "stderr"
+            elif out.get("output_type") in ("execute_result", "display_data"):
+                text, stderr = _source({"source": out.get("data", {}).get("text/plain", "")}), False
+            else:
+                continue
+            for n, line in enumerate(text.splitlines(), 1):
+                if stderr and _WARNING.search(line):
+                    problems.append(Problem(rel(source), None, f"cell {i}, output line {n} is a warning: {line.strip()[:120]}",
+                                            "fix its cause; if a library the lab cannot change raises it, filter that "
+                                            "one warning where it is raised, with a comment saying why"))
+                elif _ABS_PATH.search(line):
+                    problems.append(Problem(rel(source), None, f"cell {i}, output line {n} shows a path of the machine "
+                                            f"that ran it: {line.strip()[:120]}",
+                                            "print paths relative to LAB_ROOT, or only a temporary file's name"))
+    return problems
 
 
 def jobs() -> int:

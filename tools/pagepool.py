@@ -128,6 +128,17 @@ def lab_page(html: str, why: str | None) -> tuple[str, list[dict]]:
             stack.pop()
         (stack[-1]["children"] if stack else tokens).append(token)
         stack.append(token)
+    # The setup cell is the same in every lab: its code folds away (its output, the mode line, stays).
+    for cell in soup.select("div.jp-CodeCell.celltag_setup"):
+        inputs = cell.select_one("div.jp-Cell-inputWrapper")
+        if inputs is None:
+            continue
+        details = soup.new_tag("details", attrs={"class": "lab-setup"})
+        summary = soup.new_tag("summary")
+        summary.string = "实验环境准备（每个实验相同：取仓库文件、补装包、选择 GPU 或 CPU 解释器；点开查看代码）"
+        details.append(summary)
+        inputs.wrap(details)
+        details.insert(0, summary)
     # Code and outputs scroll sideways on narrow screens; keyboard users must be able to focus them.
     for pre in soup.find_all("pre"):
         pre["tabindex"] = "0"

@@ -136,8 +136,13 @@ def relax_flow(model, example):
     from tvm import relax
     from tvm.relax.frontend.torch import from_exported_program
 
+    import warnings
+
     stages = {}
-    mod = from_exported_program(torch.export.export(model, (example,)))
+    with warnings.catch_warnings():
+        # torch 2.13 复制导出图时触发自己的 LeafSpec 弃用警告（FutureWarning），与本流程无关。
+        warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*", category=FutureWarning)
+        mod = from_exported_program(torch.export.export(model, (example,)))
     stages["imported"] = mod.script()
     mod = relax.transform.LegalizeOps()(mod)  # 每个高层算子换成一个 TensorIR 函数
     mod = relax.transform.AnnotateTIROpPattern()(mod)  # 标注单射、归约、输出可融合等模式
