@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from algorithm_helpers import load_listing
+from conftest import ROOT
 
 
 tm = load_listing("algorithm_transformer_math", "transformer_math.py")
@@ -95,6 +96,59 @@ def test_score_variance_scaling():
         s = (q * k).sum(-1)
         assert abs(s.var().item() / tm.init_variance_of_scores(d_k, False) - 1) < 0.03
         assert abs((s / math.sqrt(d_k)).var().item() - tm.init_variance_of_scores(d_k, True)) < 0.03
+
+
+def _normal_order_statistics(n):
+    """E[max] and E[max - second] of n independent standard normals, by numerical integration:
+    E[X_(n)] = int x n phi(x) Phi(x)^(n-1) dx and E[X_(n) - X_(n-1)] = n int Phi(x)^(n-1) (1 - Phi(x)) dx."""
+    x = torch.linspace(-12, 12, 480_001, dtype=torch.float64)
+    dx = (x[1] - x[0]).item()
+    cdf = 0.5 * (1 + torch.erf(x / math.sqrt(2)))
+    pdf = torch.exp(-x ** 2 / 2) / math.sqrt(2 * math.pi)
+    top = (x * n * pdf * cdf ** (n - 1)).sum().item() * dx
+    gap = (n * cdf ** (n - 1) * (1 - cdf)).sum().item() * dx
+    return top, gap
+
+
+def test_why_unscaled_softmax_saturates():
+    """The page's account of saturation at d_k = 128 with n = 4096 keys: the top logit stands about
+    3.6 sigma (about 41) above the typical one, while the top two are only about 0.26 sigma (2.9) apart,
+    which still leaves the top key most of the mass."""
+    d_k, n = 128, 4096
+    sigma = math.sqrt(d_k)
+    top, gap = _normal_order_statistics(n)
+    assert round(top, 2) == 3.63 and round(top * sigma) == 41
+    assert round(gap, 2) == 0.26 and round(gap * sigma, 1) == 2.9
+    assert round(math.log10(math.exp(-41))) == -18 and round(math.exp(2.9)) == 18
+
+    torch.manual_seed(0)
+    s = torch.randn(1000, n, dtype=torch.float64) * sigma          # unscaled logits q.k
+    two = s.topk(2, dim=-1).values
+    assert abs((two[:, 0].mean().item() - top * sigma)) < 0.2         # sampling agrees with the integral
+    assert abs((two[:, 0] - two[:, 1]).mean().item() - gap * sigma) < 0.2
+    assert round((two[:, 0] - two[:, 1]).median().item(), 1) == 2.0
+    p = torch.softmax(s, dim=-1)
+    top2 = p.topk(2, dim=-1).values
+    assert round(top2[:, 0].mean().item(), 2) == 0.76                 # mean share of the top key
+    assert round(top2[:, 0].median().item(), 2) == 0.82
+    assert round(top2.sum(-1).mean().item(), 1) == 0.9                 # the top two together
+    assert (1 / (p ** 2).sum(-1)).mean().item() < 2                    # effective number of keys
+    scaled = torch.softmax(s / sigma, dim=-1)
+    assert round(scaled.max(-1).values.mean().item(), 3) == 0.006
+    effective = (1 / (scaled ** 2).sum(-1)).mean().item()
+    assert abs(effective / (n / math.e) - 1) < 0.02 and round(effective, -2) == 1500
+
+    # the gradient to logit j carries the factor p_j: diag(p) - p p^T applied to dL/dp
+    g = torch.randn(n, dtype=torch.float64)
+    jac = torch.autograd.functional.jacobian(lambda z: torch.softmax(z, -1), s[0])
+    torch.testing.assert_close(jac @ g, p[0] * (g - (p[0] * g).sum()))
+
+    text = (ROOT / "docs" / "algorithm" / "transformer.md").read_text(encoding="utf-8")
+    for quoted in ("3.63", "3.63\\sigma \\approx 41", "0.26\\sigma \\approx 2.9", "中位数约 2.0", "约 76%",
+                   "中位数约 82%", "约 90%", "约 0.6%", "n/e \\approx 1500", "e^{-41} \\approx 10^{-18}",
+                   "e^{2.9} \\approx 18"):
+        assert quoted in text, quoted
+    assert "最大项与次大项差几个标准差" not in text
 
 
 def test_gqa_with_all_kv_heads_is_mha_and_mqa_shares_one_head():

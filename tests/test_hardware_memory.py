@@ -50,3 +50,38 @@ def test_page_quotes_the_computed_figures():
     text = PAGE.read_text(encoding="utf-8")
     for quoted in ("819.2", "1,228.8", "2,048", "5.23", "6.25", "1,008", "1,792"):
         assert quoted in text, quoted
+
+
+@pytest.mark.parametrize("gen,smallest,largest", [("HBM3", 4, 64), ("HBM4", 12, 64)])
+def test_standard_capacity_ranges(gen, smallest, largest):
+    # JESD238: 4 GB (8 Gb 4-high) to 64 GB (32 Gb 16-high); JESD270-4: 24 or 32 Gb dies, 4- to 16-high
+    assert H.standard_capacity_range(gen) == (smallest, largest)
+
+
+@pytest.mark.parametrize("gen,capacities", [("HBM", [1]), ("HBM2", [4]), ("HBM2E", [16]), ("HBM3", [16, 24]),
+                                            ("HBM3E", [24, 36]), ("HBM4", [36])])
+def test_first_products(gen, capacities):
+    assert [H.stack_capacity_gbytes(d, g) for d, g in H.FIRST_PRODUCTS[gen]] == capacities
+
+
+def test_hbm_table_keeps_standard_and_first_products_apart():
+    """Every row of the HBM table gives the standard's range (or says there is none) and, separately, first
+    products; a first product must never be quoted as the standard's capacity, as the HBM3 row once did."""
+    text = PAGE.read_text(encoding="utf-8")
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[1:-1]]
+            for line in text.splitlines() if line.startswith("| HBM")}
+    assert set(rows) == set(H.HBM), rows.keys()
+    header = next(line for line in text.splitlines() if line.startswith("| 代 |"))
+    assert "标准允许的堆叠" in header and "首批产品" in header
+    for gen, cells in rows.items():
+        standard, first = cells[-2], cells[-1]
+        for dies, gbit in H.FIRST_PRODUCTS[gen]:
+            assert f"{dies} 层 × {gbit} Gb = {H.stack_capacity_gbytes(dies, gbit):.0f} GB" in first, (gen, first)
+        if gen in H.STANDARD_STACKS:
+            heights, (small, large) = H.STANDARD_STACKS[gen]
+            lo, hi = H.standard_capacity_range(gen)
+            assert f"{lo:.0f} GB（{min(heights)} 层 × {small} Gb）" in standard, (gen, standard)
+            assert f"{hi:.0f} GB（{max(heights)} 层 × {large} Gb）" in standard, (gen, standard)
+    # JESD238 only provides for a future 16-high extension; the page must not call 16 layers part of it
+    assert "为 16 层预留扩展" in rows["HBM3"][-2]
+    assert "最多 16 层" not in text.split("JESD238 HBM3 发布公告")[1].split("\n")[0]

@@ -23,7 +23,8 @@ def stack_capacity_gbytes(dies: int, die_gbit: int) -> float:
     return dies * die_gbit / 8
 
 
-# generation: (bits per stack, max Gb/s per pin in the standard or first products)
+# generation: (bits per stack, Gb/s per pin): the JEDEC standard's maximum, except HBM2E and
+# HBM3E, which have no standard of their own and are given at their first products' rate
 HBM = {
     "HBM": (1024, 1.0),
     "HBM2": (1024, 2.0),
@@ -33,3 +34,28 @@ HBM = {
     "HBM4": (2048, 8.0),
 }
 # --8<-- [end:bandwidth]
+
+
+# What each standard allows per stack, as its JEDEC announcement states it:
+# generation: (stack heights, (smallest, largest) die density in Gb). HBM3's 16-high is only a
+# "provision for a future extension" in JESD238; HBM4 (JESD270-4) lists 16-high outright.
+STANDARD_STACKS = {
+    "HBM3": ((4, 8, 12, 16), (8, 32)),
+    "HBM4": ((4, 8, 12, 16), (24, 32)),
+}
+
+# First products (vendor announcements the page cites): generation -> [(dies, Gb per die), ...]
+FIRST_PRODUCTS = {
+    "HBM": [(4, 2)],                 # SK hynix HBM1, 2015: 1 GB
+    "HBM2": [(4, 8)],                # Samsung, 2016-01: 4 GB
+    "HBM2E": [(8, 16)],              # Samsung Flashbolt and SK hynix, 2020: 16 GB
+    "HBM3": [(8, 16), (12, 16)],     # SK hynix, 2021-10: 16 GB and 24 GB
+    "HBM3E": [(8, 24), (12, 24)],    # SK hynix, 2024-03 and 2024-09: 24 GB and 36 GB
+    "HBM4": [(12, 24)],              # SK hynix samples, 2025-03: 36 GB
+}
+
+
+def standard_capacity_range(gen: str) -> tuple[float, float]:
+    """Smallest and largest stack a standard allows: lowest stack of the smallest die, tallest of the largest."""
+    heights, (small, large) = STANDARD_STACKS[gen]
+    return stack_capacity_gbytes(min(heights), small), stack_capacity_gbytes(max(heights), large)
