@@ -1,4 +1,4 @@
-"""The foundations canon (data/canon/*.yml, tools/canon.py): the real data passes, and each error is reported.
+"""The canons of every layer (data/canon/*.yml, tools/canon.py): the real data passes, and each error is reported.
 
 Every error must name the file and the line of the offending entry and say how to fix it, so the bad
 fixtures below are small files in tmp_path whose line numbers are known.
@@ -38,8 +38,8 @@ def test_report_and_cli():
     proc = subprocess.run([sys.executable, "-m", "tools.canon", "check"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     page = canon.pages()[canon.PAGE]
-    assert page.startswith("---\ntitle: 基础篇面试题纲\n")
-    assert page.count("| 主题 | 出处 | 本站 |") == len(canon.MINIMUM)
+    assert page.startswith("---\ntitle: 面试题纲\n")
+    assert page.count("| 主题 | 出处 | 本站 |") == len(list(canon.CANON.glob("*.yml")))
     # every link of the generated page (relative to docs/foundations/) lands on an existing heading
     from tools.questions import headings
 
@@ -50,17 +50,19 @@ def test_report_and_cli():
         assert anchor in headings(target), (rel, anchor)
 
 
-def write(directory, name: str, topics: str, *, field: str | None = None, extra_sources: str = "") -> "Path":
-    """A canon file whose first topic starts on line 7."""
+def write(directory, name: str, topics: str, *, field: str | None = None, layer: str = "foundations",
+          extra: str = "") -> "Path":
+    """A canon file with `layer:` on line 5 and `topics:` on line 6, so its first topic starts on line 7.
+
+    `extra` is inserted as more top-level lines after `layer:` (each one moves the topics down a line)."""
     field = field or name.removesuffix(".yml")
     body = textwrap.dedent(f"""\
         field: {field}
         title: Test
         sources:
           cppref: {{title: "cppreference", url: "https://en.cppreference.com/w/"}}
-        {extra_sources}
-        topics:
-        """) + textwrap.dedent(topics)
+        layer: {layer}
+        """) + textwrap.dedent(extra) + "topics:\n" + textwrap.dedent(topics)
     path = directory / name
     path.write_text(body, encoding="utf-8")
     return path
@@ -176,3 +178,81 @@ def test_missing_file_and_bad_yaml(tmp_path):
     errors = canon.check(tmp_path)
     assert any("os.yml:1: missing canon file" in e for e in errors), errors
     assert any("cpp.yml:" in e and "not valid YAML" in e for e in errors), errors
+
+
+# ---- canons of every layer: `layer:`, per-file `minimum:`, per-layer totals
+
+
+def test_real_canon_declares_known_layers():
+    layers = {d["field"]: d["layer"] for d in canon._fields(canon.CANON)}
+    assert set(layers.values()) <= set(canon.LAYERS), layers
+    assert {f: layers[f] for f in canon.MINIMUM} == dict.fromkeys(canon.MINIMUM, "foundations")
+    text = canon.report()
+    for layer in set(layers.values()):
+        assert re.search(rf"^\[{layer}\]\s+\d+\s+\d+\s+\d+%$", text, re.M), text
+
+
+def test_layer_canon_in_temp_dir(tmp_path):
+    """A new layer's canon needs no change to tools/canon.py: any field name, a known layer, the default minimum."""
+    assert canon.check_file(write(tmp_path, "operator.yml", GOOD + padding(19), layer="operator")) == []
+    assert canon.check_file(write(tmp_path, "kernels.yml", GOOD + padding(19), layer="compiler")) == []
+
+
+def test_unknown_layer(tmp_path):
+    path = write(tmp_path, "operator.yml", GOOD + padding(19), layer="operater")
+    e = only(canon.check_file(path))
+    assert e.startswith(f"{path}:5: ") and "unknown layer 'operater'" in e and "fix:" in e and "did you mean 'operator'" in e
+
+
+def test_missing_layer(tmp_path):
+    path = tmp_path / "operator.yml"
+    path.write_text(write(tmp_path, "operator.yml", GOOD + padding(19)).read_text(encoding="utf-8")
+                    .replace("layer: foundations\n", ""), encoding="utf-8")
+    e = only(canon.check_file(path))
+    assert e.startswith(f"{path}:1: ") and "missing top-level key `layer`" in e and "foundations" in e and "operator" in e
+
+
+def test_default_minimum_names_the_fix(tmp_path):
+    path = write(tmp_path, "kernels.yml", GOOD + padding(17), layer="operator")
+    e = only(canon.check_file(path))
+    assert e.startswith(f"{path}:6: ") and f"18 topics, fewer than the minimum {canon.DEFAULT_MINIMUM}" in e
+    assert "(the default)" in e and "add 2 more" in e and "`minimum: <n>`" in e
+
+
+def test_declared_minimum(tmp_path):
+    assert canon.check_file(write(tmp_path, "kernels.yml", GOOD + padding(4), layer="runtime", extra="minimum: 5\n")) == []
+    path = write(tmp_path, "kernels.yml", GOOD + padding(2), layer="runtime", extra="minimum: 5\n")
+    e = only(canon.check_file(path))
+    assert e.startswith(f"{path}:7: ") and "fewer than the minimum 5" in e and "(declared in the file)" in e
+
+
+@pytest.mark.parametrize("value", ["many", "0", "-3", "true"])
+def test_bad_minimum(tmp_path, value):
+    path = write(tmp_path, "kernels.yml", GOOD + padding(19), layer="driver", extra=f"minimum: {value}\n")
+    e = only(canon.check_file(path))
+    assert e.startswith(f"{path}:6: ") and "is not a positive integer" in e and "fix:" in e
+
+
+def test_minimum_below_the_foundations_floor(tmp_path):
+    path = write(tmp_path, "cpp.yml", GOOD + padding(39), extra="minimum: 10\n")
+    e = only(canon.check_file(path))
+    assert e.startswith(f"{path}:6: ") and "below the floor 40 for cpp" in e and "fix:" in e
+
+
+def test_per_layer_totals_and_page(tmp_path):
+    second = GOOD.replace("good-topic", "good-two")
+    write(tmp_path, "networking.yml", GOOD + padding(19))  # foundations: 1 of 20
+    write(tmp_path, "python.yml", GOOD + padding(19))  # foundations: 1 of 20
+    write(tmp_path, "operator.yml", GOOD + second + padding(20), layer="operator")  # operator: 2 of 22
+    rows = [line.split() for line in canon.report(tmp_path).splitlines()[1:7]]
+    assert rows == [["[operator]", "2", "22", "9%"], ["operator", "2", "22", "9%"],
+                    ["[foundations]", "2", "40", "5%"], ["networking", "1", "20", "5%"], ["python", "1", "20", "5%"],
+                    ["all", "4", "62", "6%"]]
+    text = canon.report(tmp_path)
+    assert "uncovered (58):" in text and "  [operator] pad-0: 填充 — fixture" in text
+    page = canon.markdown(tmp_path)
+    layer_titles = [line for line in page.splitlines() if line.startswith("## ")]
+    assert layer_titles == ["## 算子层", "## 基础"]  # from docs/<layer>/.nav.yml, in LAYERS order
+    assert page.count("### Test") == 3 and page.count("| 主题 | 出处 | 本站 |") == 3
+    assert "覆盖 2/22（9%）。" in page and "覆盖 2/40（5%）。" in page and "| 合计 | | 4/62（6%） |" in page
+    assert "](cpp/memory.md#堆与栈)" in page  # a foundations link, relative to docs/foundations/canon.md

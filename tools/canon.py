@@ -1,13 +1,18 @@
-"""The interview canon of the foundations chapters: data/canon/<field>.yml → coverage report and checks.
+"""The interview canon of every layer: data/canon/<field>.yml → coverage report and checks.
 
-    python -m tools.canon            # covered/total per field, then every uncovered topic with its reason
+    python -m tools.canon            # covered/total per layer, then per field, then every uncovered topic with its reason
     python -m tools.canon check      # exit 1, naming file:line and the fix, on any error in data/canon/
     python -m tools.canon markdown   # the same report as a Markdown page (pages() gives it to the build)
 
-Each file lists one field's canon: topics taken from primary references (cppreference, Effective Modern
-C++, CS:APP, OSTEP, Kurose & Ross, the RFCs, the Python reference), each with the page section that
-covers it (`covered_by: docs-relative/path.md#anchor`) or `covered_by: null` and a `reason`.
-Anchors are computed from the page's headings exactly as the site does (tools.questions.headings).
+Each file lists one field's canon: topics taken from the field's standard references (cppreference,
+CS:APP, OSTEP, the RFCs and the Python reference for the foundations; PMPP, the CUDA guides and the
+PyTorch custom-operator docs for the operator layer; ...), each with the page section that covers it
+(`covered_by: docs-relative/path.md#anchor`, or a lab such as `operator/softmax-lab.ipynb`) or
+`covered_by: null` and a `reason`. Top-level keys: `field` (the file's name), `layer` (one of LAYERS),
+`title`, `sources`, `topics`, and optionally `minimum` (fewest topics the file may list; without it the
+foundations fields keep their floors in MINIMUM and any other field needs DEFAULT_MINIMUM). A new field
+needs only a new file. Anchors are computed from the page's headings exactly as the site does
+(tools.questions.headings).
 """
 from __future__ import annotations
 
@@ -22,8 +27,13 @@ from tools.questions import headings
 
 ROOT = Path(__file__).resolve().parents[1]
 CANON = ROOT / "data" / "canon"
-MINIMUM = {"cpp": 40, "os": 40, "networking": 20, "python": 20}  # topics per field (issue 20)
+# The layers a canon can belong to: the stack top-down (docs/<layer>/), then the foundations.
+LAYERS = ("algorithm", "framework", "operator", "compiler", "runtime", "driver", "hardware", "foundations")
+# Floors of the foundations fields (issue 20): their files must exist, and a file's own `minimum` may not go lower.
+MINIMUM = {"cpp": 40, "os": 40, "networking": 20, "python": 20}
+DEFAULT_MINIMUM = 20  # any other field that declares no `minimum`
 ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+TOP_KEYS = ("field", "layer", "title", "sources", "topics")
 TOPIC_KEYS = ("id", "topic", "source", "where", "covered_by")
 
 
@@ -73,22 +83,29 @@ def check_file(path: Path) -> list[str]:
         line = mark.line + 1 if mark else 1
         return [f"{name}:{line}: not valid YAML: {getattr(exc, 'problem', exc)} (fix: correct the YAML syntax)"]
     if not isinstance(data, dict):
-        return [f"{name}:1: the file must be a mapping with field, title, sources, topics (fix: see data/canon/cpp.yml)"]
+        return [f"{name}:1: the file must be a mapping with {', '.join(TOP_KEYS)} (fix: see data/canon/cpp.yml)"]
     errors: list[str] = []
     lines = data.get("__lines__", {})
 
     def at(key: str) -> int:
         return lines.get(key, data.get("__line__", 1))
 
-    for key in ("field", "title", "sources", "topics"):
+    for key in TOP_KEYS:
         if key not in data:
-            errors.append(f"{name}:1: missing top-level key `{key}` (fix: add it; see data/canon/cpp.yml)")
+            hint = f"`layer: <one of {', '.join(LAYERS)}>`" if key == "layer" else "it; see data/canon/cpp.yml"
+            errors.append(f"{name}:1: missing top-level key `{key}` (fix: add {hint})")
     if errors:
         return errors
     field = data["field"]
     if field != path.stem:
         errors.append(f"{name}:{at('field')}: field {field!r} does not match the file name "
                       f"(fix: write `field: {path.stem}` or rename the file)")
+    layer = data["layer"]
+    if layer not in LAYERS:
+        near = difflib.get_close_matches(str(layer), LAYERS, n=1, cutoff=0.6)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        errors.append(f"{name}:{at('layer')}: unknown layer {layer!r} "
+                      f"(fix: one of {', '.join(LAYERS)}, the docs/<layer>/ chapter this canon measures{hint})")
     sources = data["sources"] if isinstance(data["sources"], dict) else {}
     for key, src in sources.items():
         if key in ("__line__", "__lines__"):
@@ -141,13 +158,32 @@ def check_file(path: Path) -> list[str]:
             hint = f"; did you mean {near[0]!r}?" if near else f"; anchors there: {sorted(headings(page))[:8]}"
             errors.append(f"{name}:{tl['covered_by']}: topic {tid!r}: no heading with anchor {anchor!r} in {page} "
                           f"(fix: use the slug of an existing heading{hint})")
-    minimum = MINIMUM.get(field)
-    if minimum is None:
-        errors.append(f"{name}:{at('field')}: unknown field {field!r} (fix: one of {sorted(MINIMUM)}, or add it to MINIMUM in tools/canon.py)")
-    elif len(topics) < minimum:
+    minimum, origin, problem = _minimum(data)
+    if problem:
+        errors.append(f"{name}:{at('minimum')}: {problem}")
+    if len(topics) < minimum:
+        fix = f"add {minimum - len(topics)} more topics from its sources"
+        if origin == "the default":
+            fix += f", or declare `minimum: <n>` at the top level if {field}'s references really have fewer topics"
         errors.append(f"{name}:{at('topics')}: {len(topics)} topics, fewer than the minimum {minimum} for {field} "
-                      f"(fix: add {minimum - len(topics)} more topics from its sources)")
+                      f"({origin}) (fix: {fix})")
     return errors
+
+
+def _minimum(data: dict) -> tuple[int, str, str | None]:
+    """(fewest topics the file must list, where that number comes from, a problem with `minimum:` or None)."""
+    field, declared = data.get("field"), data.get("minimum")
+    floor = MINIMUM.get(field)
+    fallback = (floor, f"the floor for {field}") if floor else (DEFAULT_MINIMUM, "the default")
+    if declared is None:
+        return (*fallback, None)
+    if isinstance(declared, bool) or not isinstance(declared, int) or declared < 1:
+        return (*fallback, f"minimum {declared!r} is not a positive integer (fix: e.g. `minimum: {DEFAULT_MINIMUM}`, "
+                           f"or remove the key to use {fallback[1]}, {fallback[0]})")
+    if floor and declared < floor:
+        return (floor, f"the floor for {field}", f"minimum {declared} is below the floor {floor} for {field} "
+                                                 f"(fix: `minimum: {floor}` or higher, or remove the key)")
+    return declared, "declared in the file", None
 
 
 def check(directory: Path = CANON) -> list[str]:
@@ -162,58 +198,108 @@ def check(directory: Path = CANON) -> list[str]:
 
 
 def _fields(directory: Path) -> list[dict]:
+    """The well-formed canon files, ordered by layer (LAYERS, unknown layers last), then foundations' MINIMUM order, then name."""
     out = []
-    for path in sorted(directory.glob("*.yml"), key=lambda p: list(MINIMUM).index(p.stem) if p.stem in MINIMUM else 99):
-        data = load(path)
-        if isinstance(data, dict) and isinstance(data.get("topics"), list):
+    for path in sorted(directory.glob("*.yml")):
+        try:
+            data = load(path)
+        except yaml.YAMLError:
+            continue  # check() reports it
+        if isinstance(data, dict) and isinstance(data.get("topics"), list) and data.get("field"):
             out.append(data)
-    return out
+    order = list(MINIMUM)
+    return sorted(out, key=lambda d: (LAYERS.index(d.get("layer")) if d.get("layer") in LAYERS else len(LAYERS),
+                                      order.index(d["field"]) if d["field"] in order else len(order), str(d["field"])))
+
+
+def _layers(directory: Path) -> list[tuple[str, list[dict]]]:
+    """[(layer, its canon files)] in LAYERS order; a file without a valid layer is grouped under its raw value."""
+    groups: dict[str, list[dict]] = {}
+    for data in _fields(directory):
+        groups.setdefault(str(data.get("layer")), []).append(data)
+    return list(groups.items())
+
+
+def _count(files: list[dict]) -> tuple[int, int]:
+    """(covered, total) topics over some canon files."""
+    topics = [t for d in files for t in d["topics"] if isinstance(t, dict)]
+    return sum(1 for t in topics if t.get("covered_by")), len(topics)
 
 
 def report(directory: Path = CANON) -> str:
-    lines = [f"{'field':12s} {'covered':>8s} {'total':>6s} {'share':>6s}"]
-    fields = _fields(directory)
+    """Covered/total and share per layer (`[layer]` rows), each followed by its fields, then every uncovered topic."""
+    width = 14
+
+    def row(label: str, done: int, total: int) -> str:
+        return f"{label:{width}s} {done:8d} {total:6d} {done / max(total, 1):6.0%}"
+
+    lines = [f"{'field':{width}s} {'covered':>8s} {'total':>6s} {'share':>6s}"]
     uncovered = []
-    for data in fields:
-        topics = data["topics"]
-        done = sum(1 for t in topics if t.get("covered_by"))
-        lines.append(f"{data['field']:12s} {done:8d} {len(topics):6d} {done / max(len(topics), 1):6.0%}")
-        uncovered += [(data["field"], t) for t in topics if not t.get("covered_by")]
-    total = sum(len(d["topics"]) for d in fields)
-    done = sum(1 for d in fields for t in d["topics"] if t.get("covered_by"))
-    lines.append(f"{'all':12s} {done:8d} {total:6d} {done / max(total, 1):6.0%}")
+    layers = _layers(directory)
+    for layer, files in layers:
+        lines.append(row(f"[{layer}]", *_count(files)))
+        for data in files:
+            lines.append(row(str(data["field"]), *_count([data])))
+            uncovered += [(data["field"], t) for t in data["topics"] if isinstance(t, dict) and not t.get("covered_by")]
+    lines.append(row("all", *_count([d for _, files in layers for d in files])))
     if uncovered:
         lines += ["", f"uncovered ({len(uncovered)}):"]
-        lines += [f"  [{f}] {t['id']}: {t['topic']} — {t.get('reason', '')}" for f, t in uncovered]
+        lines += [f"  [{f}] {t.get('id')}: {t.get('topic')} — {t.get('reason', '')}" for f, t in uncovered]
     return "\n".join(lines)
 
 
-def markdown(directory: Path = CANON) -> str:
-    """A page listing the canon per field; links are relative to a page at docs/foundations/canon.md."""
-    out = ["---", "title: 基础篇面试题纲", "description: C++、操作系统、计算机网络与 Python 的面试题纲，每条出自一手参考，并链接到讲解它的小节。",
-           "tags:", "  - 面试", "---", "", "# 基础篇面试题纲", "", "每个领域的题纲取自一手参考（cppreference、Effective Modern C++、CS:APP、OSTEP、"
-           "Computer Networking: A Top-Down Approach、RFC、Python 语言参考与 CPython 开发者指南），"
-           "逐条对应到本站讲解它的小节；未覆盖的条目写明原因。", ""]
-    for data in _fields(directory):
-        topics = data["topics"]
-        done = sum(1 for t in topics if t.get("covered_by"))
-        out += [f"## {data['title']}", "", f"覆盖 {done}/{len(topics)}。", "", "| 主题 | 出处 | 本站 |", "|---|---|---|"]
-        for t in topics:
-            src = data["sources"].get(t["source"], {})
-            where = f"[{src.get('title', t['source'])}]({src.get('url', '')})，{t['where']}"
-            if t.get("covered_by"):
-                page, _, anchor = t["covered_by"].partition("#")
-                label = headings(page).get(anchor, page) if anchor else page
-                cov = t["covered_by"]
-                cell = f"[{label}]({cov.removeprefix('foundations/') if cov.startswith('foundations/') else '../' + cov})"
-            else:
-                cell = f"未覆盖：{t.get('reason', '')}"
-            out.append(f"| {t['topic']} | {where} | {cell} |".replace("\n", " "))
-        out.append("")
-    return "\n".join(out)
+def _layer_title(layer: str) -> str:
+    """The layer's name as its chapter's navigation gives it (docs/<layer>/.nav.yml `title:`), else the layer id."""
+    nav = ROOT / "docs" / layer / ".nav.yml"
+    try:
+        title = (yaml.safe_load(nav.read_text(encoding="utf-8")) or {}).get("title") if nav.is_file() else None
+    except yaml.YAMLError:
+        title = None
+    return str(title or layer)
+
+
+def _share(done: int, total: int) -> str:
+    return f"{done}/{total}（{done / max(total, 1):.0%}）"
 
 
 PAGE = "foundations/canon.md"
+
+
+def markdown(directory: Path = CANON) -> str:
+    """A page listing the canon per layer, then per field; links are relative to the page at docs/PAGE."""
+    base = PAGE.rsplit("/", 1)[0] + "/"
+    layers = _layers(directory)
+    out = ["---", "title: 面试题纲", "description: 各层与基础篇的面试题纲：每条出自该领域的标准参考，并链接到讲解它的小节；未覆盖的条目写明原因。",
+           "tags:", "  - 面试", "---", "", "# 面试题纲", "",
+           "每个领域的题纲取自该领域的标准参考（出处见各表的第二列），逐条对应到本站讲解它的小节。"
+           "只有给出简短答案、并用推导、测量或代码讲清机制的小节才算覆盖，列表里的一次提及不算；"
+           "未覆盖的条目写明原因：不属于这一层的范围，或者尚未写出。", "",
+           "| 层 | 领域 | 覆盖 |", "|---|---|---|"]
+    for layer, files in layers:
+        for data in files:
+            out.append(f"| {_layer_title(layer)} | {data['title']} | {_share(*_count([data]))} |")
+    out.append(f"| 合计 | | {_share(*_count([d for _, files in layers for d in files]))} |")
+    out.append("")
+    for layer, files in layers:
+        out += [f"## {_layer_title(layer)}", "", f"覆盖 {_share(*_count(files))}。", ""]
+        for data in files:
+            topics = [t for t in data["topics"] if isinstance(t, dict)]
+            out += [f"### {data['title']}", "", f"覆盖 {_share(*_count([data]))}。", "",
+                    "| 主题 | 出处 | 本站 |", "|---|---|---|"]
+            sources = data.get("sources") if isinstance(data.get("sources"), dict) else {}
+            for t in topics:
+                src = sources.get(t.get("source"), {}) if isinstance(sources.get(t.get("source")), dict) else {}
+                where = f"[{src.get('title', t.get('source'))}]({src.get('url', '')})，{t.get('where', '')}"
+                cov = t.get("covered_by")
+                if cov:
+                    page, _, anchor = str(cov).partition("#")
+                    label = headings(page).get(anchor, page) if anchor else page
+                    cell = f"[{label}]({cov.removeprefix(base) if cov.startswith(base) else '../' + cov})"
+                else:
+                    cell = f"未覆盖：{t.get('reason', '')}"
+                out.append(f"| {t.get('topic')} | {where} | {cell} |".replace("\n", " "))
+            out.append("")
+    return "\n".join(out)
 
 
 def pages(directory: Path = CANON) -> dict[str, str]:
