@@ -35,6 +35,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tools import canon, diagrams, katex_static, labs, pagepool, questions  # noqa: E402
+from tools import measured  # noqa: E402  (measured figures in prose: {{bench ...}}, {{record ...}})
 
 log = logging.getLogger("mkdocs.plugins.handbook")
 
@@ -358,6 +359,9 @@ def on_files(files, config):
                     "预览服务器正在后台执行它，完成后页面会自动刷新，换成带输出的版本。")
             else:
                 _pending_labs[labs.rel(nb)] = "这次构建没有执行实验（LABS_EXECUTE=0）。"
+    dirty = [str(pr) for nb, copy in executed.items() for pr in labs.output_problems(copy, nb)]
+    if dirty:  # the published page would show them: a build machine's paths, warnings
+        raise PluginError("lab outputs that must not be published:\n" + "\n".join(dirty))
     for lab_file in lab_files:
         nb = _lab_sources[lab_file.src_uri]
         shown = executed.get(nb, nb)
@@ -494,6 +498,7 @@ def on_page_markdown(markdown, page, config, files):
             pagepool.result(pool.labs.pop(page.file.src_uri), labs.rel(_lab_sources[page.file.src_uri]), log)
         return markdown
     markdown = _BENCH_TABLE.sub(_bench_table, markdown)
+    markdown = measured.expand(markdown, f"docs/{page.file.src_uri}")
     # A page may define an abbreviation itself (UVM is a verification methodology on the chip-design
     # page, unified virtual memory elsewhere): the page's own definition wins over the glossary's.
     own = set(re.findall(r"^\*\[([^\]]+)\]:", markdown, flags=re.M))
@@ -523,10 +528,24 @@ def _static_diagrams(html: str, page) -> str:
         raise PluginError(str(exc)) from None
 
 
+# Vulgar-fraction characters. pymdownx.smartsymbols turns "1/2" into "½" unless its `fractions`
+# option is off, which rewrote "ZeRO-1/2/3" as "ZeRO-½/3"; a page may show one only if its source has it.
+_FRACTIONS = re.compile("[\u00bc-\u00be\u2150-\u215e]")
+
+
+def _check_fractions(html: str, page) -> None:
+    stray = set(_FRACTIONS.findall(html)) - set(page.markdown or "") - set(page.file.content_string)
+    if stray:
+        raise PluginError(f"docs/{page.file.src_uri}: the rendered page has {''.join(sorted(stray))} that its Markdown "
+                          "does not: a Markdown extension rewrote a fraction such as 1/2 (fix: keep "
+                          "pymdownx.smartsymbols' fractions: false in mkdocs.yml, or write the character in the source)")
+
+
 @event_priority(10)  # before print-site copies each page's content into the one-page edition
 def on_page_content(html, page, config, files):
     html = _static_diagrams(html, page)
     if not _is_lab(page.file):
+        _check_fractions(html, page)
         if katex_static.enabled():
             try:
                 html = katex_static.render_page(html, f"docs/{page.file.src_uri}")
@@ -544,11 +563,35 @@ def on_page_content(html, page, config, files):
     hit = _stage_get("lab-pages", key)
     if hit is not None:
         page.toc = get_toc(hit["toc"])
-        return hit["html"]
+        return _with_run_note(hit["html"], _lab_sources[page.file.src_uri])
     html, tokens = pagepool.lab_page(html, why)
     page.toc = get_toc(tokens)
     _stage_put("lab-pages", key, {"html": html, "toc": tokens})
-    return html
+    return _with_run_note(html, _lab_sources[page.file.src_uri])
+
+
+def _with_run_note(html: str, source: Path) -> str:
+    """Under the lab's title: how to run it in Colab, whether a GPU helps and what changes with one
+    (notebook metadata `accelerator` and `handbook.gpu`, written per lab)."""
+    import html as html_mod
+    import json
+
+    meta = json.loads(source.read_text(encoding="utf-8")).get("metadata", {})
+    gpu = (meta.get("handbook") or {}).get("gpu")
+    if meta.get("accelerator") == "GPU" and gpu:
+        body = ("“在 Colab 中打开”会给 CPU 运行时，内核在 Triton 与 Numba 的 CPU 解释器里运行，只验证正确性。"
+                "要在 GPU 上运行：菜单“代码执行程序 → 更改运行时类型”，硬件加速器选 GPU（免费档是 T4，sm_75），"
+                "保存后从头运行。" + html_mod.escape(gpu) +
+                "需要更新的 GPU 特性（bf16 从 sm_80 起、fp8 从 sm_89 起、TMA 与 wgmma 在 sm_90）的档位在较小的 GPU 上"
+                "跳过，并打印一行原因。")
+        title = "在 Colab 上运行：CPU 或 GPU"
+    else:
+        body = ("本实验只用 CPU：“在 Colab 中打开”后用默认运行时从头运行即可。第一个单元格会取来本实验用到的仓库文件，"
+                "并补装缺少的包。")
+        title = "在 Colab 上运行"
+    note = (f'<div class="admonition tip lab-run-note"><p class="admonition-title">{title}</p><p>{body}</p></div>')
+    at = html.find("</h1>")
+    return html[:at + 5] + note + html[at + 5:] if at >= 0 else note + html
 
 
 def on_page_context(context, page, config, nav):
@@ -711,11 +754,30 @@ def on_post_build(config):
     _patch_search_worker(Path(config["site_dir"]))
     _patch_lazy_search(Path(config["site_dir"]))
     _compact_search_index(Path(config["site_dir"]))
-    # The download button serves the clean source (no outputs), like the Colab button.
+    # The download button serves the clean source (no outputs), like the Colab button, but pinned to
+    # the commit the site was built from: opened alone, it fetches the repository files of that commit.
+    commit = _build_commit()
     for src_uri, nb in _lab_sources.items():
         page_dir = Path(config["site_dir"]) / Path(src_uri).with_suffix("")
         page_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(nb, page_dir / nb.name)
+        text = nb.read_text(encoding="utf-8")
+        if commit:
+            text = text.replace('LAB_REF = \\"main\\"', f'LAB_REF = \\"{commit}\\"', 1)
+        (page_dir / nb.name).write_text(text, encoding="utf-8")
+
+
+def _build_commit() -> str | None:
+    """The commit being built: GITHUB_SHA in the deploy workflow, else the checkout's HEAD."""
+    import subprocess
+
+    sha = os.environ.get("GITHUB_SHA")
+    if not sha:
+        try:
+            sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                 timeout=10).stdout.strip()
+        except OSError:
+            sha = ""
+    return sha if re.fullmatch(r"[0-9a-f]{40}", sha or "") else None
 
 
 def on_shutdown():

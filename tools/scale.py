@@ -88,6 +88,7 @@ def make(dest: Path, pages: int = 200, labs: int = 60) -> dict:
     for k in range(max(0, labs - existing_labs)):
         path = lab_dir / f"scale-lab-{k + 1:02d}.ipynb"
         path.write_text(json.dumps(_lab(k + 1, setup), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+        labs_mod.sync(path)  # the setup cell's file and package lists, as for a real lab
         names.append(path.name)
     if names:
         _nav_add(docs / "operator" / ".nav.yml", names)
