@@ -46,6 +46,16 @@ MULTI_GPU = {"collectives", "scaling"}  # python -m bench.collectives / bench.sc
 def test_every_record_belongs_to_an_experiment():
     for path in RECORDS.glob("*/*.json"):
         record = json.loads(path.read_text(encoding="utf-8"))
+        if path.parent.name.startswith("cpu-"):
+            # CPU measurements of the foundations chapters: made by a runner under code/, which the
+            # record's command names, on the machine the folder is named after.
+            prov = record["provenance"]
+            assert prov["machine"] == path.parent.name, f"{path.relative_to(ROOT)}: provenance names {prov['machine']!r}"
+            runner = next((w for w in prov["command"].split() if w.startswith("code/")), None)
+            assert runner and (ROOT / runner).is_file(), (
+                f"{path.relative_to(ROOT)}: its command {prov['command']!r} names no runner under code/ that exists")
+            assert prov.get("cpu") and prov.get("date") and prov.get("commit"), f"{path.relative_to(ROOT)}: incomplete provenance"
+            continue
         if path.parent.name.rsplit("-x", 1)[-1].isdigit():
             assert path.stem in MULTI_GPU, f"{path.relative_to(ROOT)}: not a record of bench.collectives or bench.scaling"
             continue
