@@ -261,3 +261,13 @@ def test_page_and_lab_at_the_same_url_fail_the_build(project_copy):
 def test_unmeasured_bench_placeholder():
     p = only(checks.check_text("docs/x.md", "前文\n\n<!-- bench-pending: nvidia-h200/operator/reduce-lab -->\n"), "bench-pending")
     assert p.line == 3 and "make bench" in p.fix
+
+
+def test_a_source_snippet_outside_a_code_block_is_named():
+    """A bare `--8<--` of a .py file renders the code as Markdown (`__init__` became bold on seven pages)."""
+    from tools import checks
+
+    bare = checks.check_text("docs/x.md", 'text\n\n--8<-- "code/algorithm/moe.py:layer"\n')
+    assert [p.line for p in bare] == [3] and "outside a code block" in bare[0].message and "```python" in bare[0].fix
+    fenced = checks.check_text("docs/x.md", 'text\n\n```python\n--8<-- "code/algorithm/moe.py:layer"\n```\n')
+    assert fenced == []

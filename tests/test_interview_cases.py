@@ -126,6 +126,37 @@ def test_score_matrix_bytes_quoted_in_the_tuning_case():
     assert "$b \\cdot h \\cdot s^2 = 8 \\times 16 \\times 1024^2$ 个元素，bf16 时每层 256 MiB" in _page("case-tuning.md")
 
 
+def test_share_of_input_the_benchmark_grid_never_reads():
+    """case-grid-sample.md: with the lab's grid (rotation 15 deg, scale 0.9, shift (0.05, -0.03),
+    align_corners=False) about a fifth of the input is never a bilinear corner, so the minimal byte count
+    (one full read of the input) overstates the bytes really needed by about a tenth."""
+    import math
+
+    import torch
+    import torch.nn.functional as F
+
+    n, C = 512, 64
+    a = math.radians(15.0)
+    theta = torch.tensor([[[0.9 * math.cos(a), -0.9 * math.sin(a), 0.05],
+                           [0.9 * math.sin(a), 0.9 * math.cos(a), -0.03]]], dtype=torch.float64)
+    g = F.affine_grid(theta, [1, 1, n, n], align_corners=False)
+    ix, iy = ((g[..., 0] + 1) * n - 1) / 2, ((g[..., 1] + 1) * n - 1) / 2
+    x0, y0 = ix.floor().long(), iy.floor().long()
+    touched = torch.zeros(n, n, dtype=torch.bool)
+    for dx in (0, 1):
+        for dy in (0, 1):
+            xx, yy = x0 + dx, y0 + dy
+            ok = (xx >= 0) & (xx < n) & (yy >= 0) & (yy < n)
+            touched[yy[ok], xx[ok]] = True
+    unread = 1 - touched.double().mean().item()
+    assert 0.15 < unread < 0.25                                    # "约两成"
+    q_min = 2 * C + 2                                               # per pixel and image, in 4-byte words
+    over = q_min / (C * (1 - unread) + C + 2) - 1
+    assert 0.07 < over < 0.15                                       # "约一成"
+    text = _page("case-grid-sample.md")
+    assert "约两成输入根本不会被读到，最少字节数因此多算了约一成" in text
+
+
 def test_pages_quote_measurements_only_through_tokens():
     """No hand-typed time, rate, percentage or ratio on the case pages: those left in prose are lab
     thresholds and percentiles named in CLAIMS (99.9%, 99.99%, 0.05%, 1%, 10%), the 2x peak ratio the

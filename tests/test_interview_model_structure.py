@@ -74,6 +74,7 @@ def test_numbers_quoted_on_the_page():
     assert alt["MHA (n_kv = n_h)"] == {"params": 805_306_368, "matmul_flops_per_token": 1_610_612_736,
                                        "kv_bytes_per_token": 393_216}
     assert round(805_306_368 / total * 100, 1) == 10.0
+    assert round(805_306_368 / (total + 805_306_368) * 100) == 9     # "比 MHA 少 …（约 9%）"
     assert c["kv_bytes_per_token"] == 128 * 1024                                # 128 KiB
     assert c["kv_bytes_per_token"] + 393_216 == 512 * 1024                     # MHA: 512 KiB, 4x
     assert c["kv_bytes_per_token"] + alt["MQA (n_kv = 1)"]["kv_bytes_per_token"] == 16 * 1024   # MQA: 16 KiB
@@ -117,6 +118,7 @@ def test_the_tuning_gpt_parameter_count_is_the_record():
 def test_page_embeds_the_listing_and_states_the_tested_figures():
     text = PAGE.read_text(encoding="utf-8")
     assert '--8<-- "code/interview/structure_costs.py:breakdown"' in text
+    assert "参数比 MHA 少 805,306,368 个（约 9%）" in text
     for figure in ("218,112,000", "8,030,261,248", "805,306,368", "525,336,576", "1,342,177,280", "33,554,432",
                    "266,240", "80.8%", "13.1%", "128 KiB", "512 KiB", "16 KiB", "1792"):
         assert figure in text, figure

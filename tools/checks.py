@@ -35,6 +35,8 @@ CONFUSABLE = re.compile("[\uff10-\uff19\uff21-\uff3a\uff41-\uff5a]")
 REMOTE_IMG_MD = re.compile(r"!\[[^\]]*\]\(\s*<?((?:https?:)?//[^)\s>]+)")
 REMOTE_IMG_HTML = re.compile(r"<img\b[^>]*\bsrc\s*=\s*[\"']((?:https?:)?//[^\"']+)", re.I)
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})(.*)$")
+# A snippet of a source file (pymdownx.snippets) that is not inside a fence is rendered as Markdown.
+SNIPPET_CODE = re.compile(r'^\s*--8<--\s+"([^":]+\.(?:py|cu|c|cc|cpp|hpp|h|v|s|sh|txt))[":]')
 
 
 # ----------------------------------------------------------------------------- source checks
@@ -157,6 +159,11 @@ def check_text(name: str, text: str, line_offset: int = 0) -> list[Problem]:
             for m in (*REMOTE_IMG_MD.finditer(line), *REMOTE_IMG_HTML.finditer(line)):
                 problems.append(Problem(name, n, f"remote image {m.group(1)}: a page must not load anything from another host",
                                         "download the image (or redraw it as SVG/Mermaid), commit it beside the page and link it relatively"))
+            snippet = SNIPPET_CODE.match(line)
+            if snippet:
+                problems.append(Problem(name, n, f"`--8<-- \"{snippet.group(1)}…\"` outside a code block: the source is "
+                                        "rendered as Markdown (`__init__` turns bold, indentation is lost)",
+                                        "put the line inside a fence, e.g. ```python on the line before and ``` after"))
         if kind == "open" and not info:
             problems.append(Problem(name, n, "code block without a language",
                                     "name the language after the fence, e.g. ```python, ```cuda, ```cpp, ```bash or ```text"))
