@@ -2,7 +2,7 @@
 // listing: stdout=^\{"workloads": \[
 // 两个线程池的吞吐对比：单一加锁队列（SingleQueuePool）与每线程双端队列加工作窃取（WorkStealingPool）。
 // 不带参数时（测试就这样运行）规模很小、每项只测一次，只检查结果正确并输出 JSON；
-// bench/thread_pool.py 用 -O2 编译、带 --full 运行，并把输出连同机器信息写成记录。
+// thread-pool-bench.py 用 -O2 编译、带 --full 运行，并把输出连同机器信息写成记录。
 // 每一项先检查并行结果等于串行结果，再计时；计时取若干次中的中位数。
 #include "thread-pool.hpp"
 
