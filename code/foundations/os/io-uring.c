@@ -73,7 +73,7 @@ static void queue_read(struct ring *r, unsigned *tail, int fd, void *buf, unsign
     unsigned idx = *tail & *r->sq_mask;
     struct io_uring_sqe *sqe = &r->sqes[idx];
     memset(sqe, 0, sizeof *sqe);
-    sqe->opcode = IORING_OP_READ;          // 相当于 pread(fd, buf, len, off)
+    sqe->opcode = IORING_OP_READ;          // 相当于 pread(fd, buf, len, off)；Linux 5.6 起才有
     sqe->fd = fd;
     sqe->addr = (uint64_t)(uintptr_t)buf;
     sqe->len = len;
@@ -128,7 +128,7 @@ int main(void) {
     for (unsigned b = 0; b < QUEUE_DEPTH; b++)    // 倒序提交 8 个 4 KiB 的读：第 b 个请求读第 7-b 块
         queue_read(&r, &tail, fd, got[b], BLOCK, (uint64_t)(QUEUE_DEPTH - 1 - b) * BLOCK, b);
     int submitted = submit_and_wait(&r, tail, QUEUE_DEPTH);
-    int results[QUEUE_DEPTH];
+    int results[QUEUE_DEPTH] = {0};               // 没收到完成事件的请求保持 0，下面的比较会发现
     unsigned completed = reap(&r, results, QUEUE_DEPTH);
     // --8<-- [end:use]
 
