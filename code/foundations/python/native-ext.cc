@@ -65,7 +65,7 @@ struct DLTensor {
     int32_t ndim;
     DLDataType dtype;
     int64_t *shape;
-    int64_t *strides;      // 以元素计；早期版本允许 NULL（紧凑的行主序），现行规范要求 ndim > 0 时给出
+    int64_t *strides;      // 以元素计；1.2 之前允许 NULL（紧凑的行主序），1.2 起 ndim != 0 时必须给出
     uint64_t byte_offset;
 };
 struct DLManagedTensor {  // 0.x 的“无版本”形式，胶囊名 "dltensor"
@@ -203,12 +203,18 @@ py::object buffer_dlpack(py::object self, py::object stream, py::object max_vers
     auto *ctx = new ExportCtx{self, {static_cast<int64_t>(b.data.size())}, {1}};
     DLTensor t{b.data.data(), {1, 0}, 1, {2, 32, 1}, ctx->shape, ctx->strides, 0};
     bool v1 = !max_version.is_none() && max_version.cast<std::pair<int, int>>().first >= 1;
+    PyObject *cap;
     if (v1) {
         auto *m = new DLManagedTensorVersioned{{1, 0}, ctx, delete_versioned, 0, t};
-        return py::reinterpret_steal<py::object>(PyCapsule_New(m, "dltensor_versioned", capsule_versioned_dtor));
+        cap = PyCapsule_New(m, "dltensor_versioned", capsule_versioned_dtor);
+        if (!cap) m->deleter(m);  // 胶囊没建成：没人会调用 deleter，这里自己释放
+    } else {
+        auto *m = new DLManagedTensor{t, ctx, delete_legacy};
+        cap = PyCapsule_New(m, "dltensor", capsule_legacy_dtor);
+        if (!cap) m->deleter(m);
     }
-    auto *m = new DLManagedTensor{t, ctx, delete_legacy};
-    return py::reinterpret_steal<py::object>(PyCapsule_New(m, "dltensor", capsule_legacy_dtor));
+    if (!cap) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(cap);  // PyCapsule_New 返回新引用：接管，不再加一
 }
 // --8<-- [end:dlpack-export]
 
