@@ -198,6 +198,39 @@ def test_a_sparse_switch_becomes_comparisons(o1):
     assert ins[0] == ("cmpq", "$1000, %rsi"), "the search starts in the middle: a decision tree, not a chain"
 
 
+def test_an_over_aligned_local_forces_a_frame_pointer(tmp_path):
+    """The page: with -O1 rbp is an ordinary register, unless the frame's alignment is unknown at compile time."""
+    source = tmp_path / "aligned.c"
+    source.write_text("void g(char *);\nlong h(void) { _Alignas(64) char b[64]; g(b); return b[0]; }\n", encoding="utf-8")
+    proc = subprocess.run(["gcc", "-std=c17", "-O1", "-S", "-fno-asynchronous-unwind-tables", str(source), "-o", "-"],
+                          capture_output=True, text=True, timeout=120, check=True)
+    ins = instructions(functions(proc.stdout)["h"])
+    assert ins[:3] == [("pushq", "%rbp"), ("movq", "%rsp, %rbp"), ("andq", "$-64, %rsp")], ins
+
+
+def switch_function(name: str, values: list[int]) -> str:
+    cases = " ".join(f"case {v}: return x * {i + 3} + {v};" for i, v in enumerate(values))
+    return f"long {name}(long x, long n) {{ switch (n) {{ {cases} default: return 0; }} }}\n"
+
+
+@pytest.mark.parametrize("opt", ["-O1", "-O2"])
+def test_gcc_needs_five_case_values_and_a_table_at_most_eight_times_their_number(tmp_path, opt):
+    """The rule the page states for gcc 12 on x86-64: at least 5 distinct values (case_values_threshold) and a
+    table no longer than 8 x their number (--param jump-table-max-growth-ratio-for-speed=800)."""
+    if gcc_major() != 12:
+        pytest.skip(f"the page states gcc 12's thresholds; this is gcc {gcc_major()}")
+    examples = {"four": ([1, 2, 3, 4], False), "five": ([1, 2, 3, 4, 5], True),
+                "span40": ([0, 10, 20, 30, 39], True), "span42": ([0, 10, 20, 30, 41], False)}
+    source = tmp_path / "switches.c"
+    source.write_text("".join(switch_function(name, values) for name, (values, _) in examples.items()), encoding="utf-8")
+    proc = subprocess.run(["gcc", "-std=c17", opt, "-S", "-fno-asynchronous-unwind-tables", str(source), "-o", "-"],
+                          capture_output=True, text=True, timeout=120, check=True)
+    found = functions(proc.stdout)
+    for name, (_, table) in examples.items():
+        indirect = any(m == "jmp" and o.startswith("*") for m, o in instructions(found[name]))
+        assert indirect == table, f"{name} {opt}: expected {'a' if table else 'no'} jump table"
+
+
 def test_the_listing_runs_and_checks_itself(tmp_path):
     exe = tmp_path / "asm-examples"
     subprocess.run(["gcc", "-std=c17", "-O1", str(SOURCE), "-o", str(exe)], check=True)

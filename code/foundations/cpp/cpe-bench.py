@@ -99,6 +99,14 @@ def run(*cmd) -> list[list[str]]:
     return [line.split() for line in out.stdout.splitlines() if line.strip()]
 
 
+def transpose_rounds(rounds: int) -> int:  # a transpose of 128 MiB takes a while: fewer samples
+    return max(3, rounds // 4)
+
+
+def matmul_rounds(rounds: int) -> int:
+    return max(2, rounds // 10)
+
+
 # --8<-- [start:cycles]
 def split_clock(lines: list[list[str]], clocks: list[float]) -> tuple[list[list[str]], float]:
     """A program's output without its "clock" lines, and the length of one cycle in ns: the mean of the
@@ -124,10 +132,10 @@ def measure(exe: dict, n: int, rounds: int, quick: bool) -> dict:
     cycle = statistics.median(clocks)  # locality.c prints no clock of its own
     transpose, matmul = [], []
     for size, ld in TRANSPOSES[:1] if quick else TRANSPOSES:
-        for _, variant, nn, lld, block, per in run(exe["locality"], "transpose", size, ld, BLOCK, max(3, rounds // 4)):
+        for _, variant, nn, lld, block, per in run(exe["locality"], "transpose", size, ld, BLOCK, transpose_rounds(rounds)):
             transpose.append({"variant": variant, "n": int(nn), "ld": int(lld), "block": int(block),
                               "ns_per_element": float(per), "cycles_per_element": float(per) / cycle})
-    for _, order, nn, per in run(exe["locality"], "matmul", 64 if quick else MATMUL_N, max(2, rounds // 10)):
+    for _, order, nn, per in run(exe["locality"], "matmul", 64 if quick else MATMUL_N, matmul_rounds(rounds)):
         matmul.append({"order": order, "n": int(nn), "ns_per_iteration": float(per),
                        "cycles_per_iteration": float(per) / cycle})
     return {"clock_ghz": 1 / cycle, "cycle_ns": {"median": cycle, "min": min(clocks), "max": max(clocks)},
@@ -153,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
               "title": "CS:APP 第 5、6 章：combine 阶梯的 CPE、运算的延迟与吞吐、转置与矩阵乘的访存顺序",
               "provenance": prov,
               "method": {"clock": "每个程序在计时前后各测一次整数加法依赖链（延迟 1 个周期），取其均值作为一个周期的纳秒数",
-                         "samples": f"每个数取 {rounds} 个样本中最快的一个", "n": args.n, "block": BLOCK},
+                         "samples": f"每个数取 {rounds} 个样本中最快的一个", "n": args.n, "block": BLOCK,
+                         "samples_locality": f"转置每个数取 {transpose_rounds(rounds)} 个、矩阵乘取 {matmul_rounds(rounds)} 个样本中"
+                                             "最快的一个；locality.c 不测时钟，周期数用同一次运行里 combine 各程序所测时钟的中位数换算"},
               "results": results}
     out = args.out or ROOT / "data" / "records" / prov["machine"] / "cpe.json"
     out.parent.mkdir(parents=True, exist_ok=True)
