@@ -13,8 +13,10 @@ import itertools
 import math
 import random
 import statistics
+import subprocess
 import sys
 from collections import Counter, deque
+from fractions import Fraction
 
 import pytest
 
@@ -89,6 +91,41 @@ def recursion_limit():
 
 # ============================================================================ sorting
 
+def test_numbers_quoted_on_the_sorting_page():
+    # the constraints table: every row is a budget of 10^7 to about 10^8 simple operations
+    rows = {"n!*n@10": 10 * math.factorial(10), "2^n*n@20": 20 * 2**20, "n^3@500": 500**3,
+            "n^2@5000": 5000**2, "nlogn@1e6": 10**6 * math.log2(10**6)}
+    assert all(10**7 <= ops <= 1.3 * 10**8 for ops in rows.values()), rows
+    assert round(rows["n!*n@10"] / 1e7, 1) == 3.6 and round(rows["2^n*n@20"] / 1e7, 1) == 2.1
+    assert rows["n^3@500"] == 1.25e8 and rows["n^2@5000"] == 2.5e7 and round(rows["nlogn@1e6"] / 1e7) == 2
+    # comparison lower bound: log2 n! = n log2 n - n log2 e + O(log n), with log2 e = 1.44
+    assert round(math.log2(math.e), 2) == 1.44
+    for n in (10, 100, 10**4, 10**6):
+        gap = math.lgamma(n + 1) / math.log(2) - (n * math.log2(n) - n * math.log2(math.e))
+        assert 0 < gap <= math.log2(n) + 2                  # Stirling: the gap is (1/2) log2(2 pi n) + o(1)
+    # randomized quicksort (two-way, distinct keys): E[C(n)] = n - 1 + (2/n) sum_{k<n} C(k) = 2(n+1)H_n - 4n
+    c, total, harmonic = [Fraction(0)], Fraction(0), Fraction(0)
+    for n in range(1, 151):
+        total += c[-1]
+        c.append(n - 1 + Fraction(2, n) * total)
+        harmonic += Fraction(1, n)
+        assert c[n] == 2 * (n + 1) * harmonic - 4 * n
+    assert round(2 * math.log(2), 2) == 1.39                 # 2 n ln n = 1.39 n log2 n
+    # the midpoint overflow: lo + hi <= 2(len - 1) first exceeds INT_MAX = 2^31 - 1 at len = 2^30 + 1
+    assert 2**31 - 1 == 2147483647
+    assert min(n for n in range(2**30 - 2, 2**30 + 3) if 2 * (n - 1) > 2**31 - 1) == 2**30 + 1
+    # linear probing (Knuth): hit (1 + 1/(1-a))/2, miss (1 + 1/(1-a)^2)/2
+    knuth = {a: ((1 + 1 / (1 - a)) / 2, (1 + 1 / (1 - a) ** 2) / 2) for a in (0.5, 0.9)}
+    assert knuth[0.5] == (1.5, 2.5) and [round(x, 6) for x in knuth[0.9]] == [5.5, 50.5]
+    # sizes: 2^32 four-byte counters, a 2^32-bit bitmap, 10^9 ints of 4 bytes, a block of 2 * 10^8 ints
+    assert 2**32 * 4 == 16 * 2**30 and 2**32 // 8 == 512 * 2**20
+    assert 10**9 * 4 == 4 * 10**9 and 2 * 10**8 * 4 == 800 * 10**6
+    # CPython's default recursion limit, quoted on all three pages
+    out = subprocess.run([sys.executable, "-c", "import sys; print(sys.getrecursionlimit())"],
+                         capture_output=True, text=True, check=True).stdout
+    assert int(out) == 1000
+
+
 def test_every_sort_matches_sorted():
     rng = random.Random(10)
     for xs in int_lists(rng, 400):
@@ -126,6 +163,28 @@ def test_stability_of_each_sort():
             assert [r.key for r in got] == sorted(r.key for r in recs)
             unstable[name] |= [r.tag for r in got] != expect
     assert unstable == {"quick": True, "heap": True}   # both reorder equal keys on some inputs
+
+    def insertion_le(a):                                 # the bug: also step over equal elements
+        for i in range(1, len(a)):
+            x, j = a[i], i - 1
+            while j >= 0 and not a[j] < x:              # a[j] >= x, i.e. x <= a[j]
+                a[j + 1] = a[j]
+                j -= 1
+            a[j + 1] = x
+        return a
+
+    recs = [Rec(1, 0), Rec(0, 1), Rec(1, 2)]
+    got = insertion_le(recs[:])
+    assert [r.key for r in got] == [0, 1, 1] and [r.tag for r in got] == [1, 2, 0]   # sorted, but 2 jumped over 0
+    # heap sort's build must sift down from n // 2 - 1 backwards: forwards from the root leaves a non-heap
+    a = [1, 2, 3, 4]
+    for i in range(len(a) // 2):
+        sorting._sift_down(a, i, len(a), Counter())
+    assert a == [3, 4, 1, 2] and a[1] > a[0]
+    a = [1, 2, 3, 4]
+    for i in range(len(a) // 2 - 1, -1, -1):
+        sorting._sift_down(a, i, len(a), Counter())
+    assert all(not a[i] < a[c] for i in range(4) for c in (2 * i + 1, 2 * i + 2) if c < 4)
     # radix sort is correct only because each digit pass is stable: sort by the low digit, then the high one
     pairs = [(rng.randrange(10), rng.randrange(10)) for _ in range(200)]
     by_low = sorting.counting_sort(pairs, key=lambda p: p[1])
@@ -164,6 +223,10 @@ def test_naive_quick_sort_is_quadratic_on_sorted_input(recursion_limit):
         assert ops["cmp"] == n * (n - 1) // 2
         counts.append(ops["cmp"])
     assert all(3.9 <= r <= 4.1 for r in ratios(counts))
+    for n in (100, 200, 400):                       # Lomuto puts every key equal to the pivot on one side
+        ops = Counter()
+        sorting.quick_sort_naive([7] * n, ops)
+        assert ops["cmp"] == n * (n - 1) // 2
     with pytest.raises(RecursionError):             # depth n: Python's default limit is hit near n = 1000
         sorting.quick_sort_naive(list(range(3000)))
     assert sorting.quick_sort(list(range(3000))) == list(range(3000))   # the shallow version is fine
@@ -233,6 +296,13 @@ def test_merge_heap_insertion_counting_radix_bucket_counts():
         sorting.bucket_sort([rng.random() / n for _ in range(n)], ops)   # all in the first bucket
         crowded.append(ops["cmp"])
     assert all(1.7 <= r <= 2.3 for r in ratios(uniform)), ratios(uniform)
+    n, squares = 1000, []
+    for seed in range(40):                               # bucket sizes are Binomial(n, 1/n): E[n_i^2] = 2 - 1/n
+        rng, sizes = random.Random(seed), Counter()
+        for _ in range(n):
+            sizes[min(int(rng.random() * n), n - 1)] += 1
+        squares.append(sum(v * v for v in sizes.values()))
+    assert statistics.mean(squares) == pytest.approx(2 * n - 1, rel=0.03)
     assert all(3.6 <= r <= 4.4 for r in ratios(crowded)), ratios(crowded)
 
 
@@ -283,6 +353,20 @@ def test_rotated_search_and_binary_search_on_the_answer():
                 got = bs.search_rotated(a, x, ops)
                 assert got == (a.index(x) if x in a else -1)
                 assert ops["iter"] <= (math.floor(math.log2(n)) + 1 if n else 0)
+
+    def rotated_lt(a, x):                            # the bug: a[lo] < a[mid] misses a one-element left half
+        lo, hi = 0, len(a) - 1
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if a[mid] == x:
+                return mid
+            if a[lo] < a[mid]:
+                lo, hi = (lo, mid - 1) if a[lo] <= x < a[mid] else (mid + 1, hi)
+            else:
+                lo, hi = (mid + 1, hi) if a[mid] < x <= a[hi] else (lo, mid - 1)
+        return -1
+
+    assert rotated_lt([3, 1], 1) == -1 and bs.search_rotated([3, 1], 1) == 1
     for _ in range(300):
         w = [rng.randint(1, 30) for _ in range(rng.randint(1, 25))]
         days = rng.randint(1, len(w))
@@ -458,6 +542,9 @@ def test_bst_search_cost_is_the_height():
         expect = 2 * (1 + 1 / n) * harmonic - 4        # expected average depth of a random BST: about 2 ln n
         assert abs(statistics.mean(depths) - expect) <= 1.0   # one tree's average depth has a spread of about 0.65
         avg_depth.append(statistics.mean(depths))
+    expect_4096 = 2 * (1 + 1 / 4096) * sum(1 / i for i in range(1, 4097)) - 4
+    assert round(expect_4096, 1) == 13.8 and abs(expect_4096 - (2 * math.log(4096) - 2.85)) < 0.02
+    assert round(2 * math.log(2), 2) == 1.39
     log_ns = [math.log2(n) for n in ns]                # logarithmic: + 2 ln 2 = 1.39 steps per doubling of n
     slope = statistics.linear_regression(log_ns, avg_depth).slope
     assert 1.1 <= slope <= 1.7, avg_depth
@@ -520,11 +607,18 @@ def test_min_heap_against_heapq():
 
 
 def test_build_heap_is_linear_but_n_pushes_are_n_log_n():
+    def height_sum(n):                               # heights of all nodes of the complete tree with n nodes
+        h = [0] * n
+        for i in range(n // 2 - 1, -1, -1):
+            h[i] = 1 + max(h[c] for c in (2 * i + 1, 2 * i + 2) if c < n)
+        return sum(h)
+
+    assert all(height_sum(n) == n - bin(n).count("1") for n in range(1, 3000))
     build, pushes = [], []
     for n in (1024, 2048, 4096, 8192, 16384):
         ops = Counter()
         heaps.MinHeap(random.Random(n).sample(range(n), n), ops)
-        assert ops["cmp"] <= 2 * n                   # sum over nodes of 2 * height < 2n
+        assert ops["cmp"] <= 2 * (n - bin(n).count("1")) < 2 * n   # 2 comparisons per level of every sift-down
         build.append(ops["cmp"])
         ops = Counter()
         h = heaps.MinHeap(ops=ops)
@@ -615,6 +709,11 @@ def test_bfs_and_dfs():
 
             rec(src)
             assert graphs.dfs_order(adj, src) == order
+    for n in (5, 10, 50):                            # on K_n the lazy-marking DFS stack holds O(E) entries
+        ops = Counter()
+        adj = graphs.adjacency(n, list(itertools.combinations(range(n), 2)))
+        assert graphs.dfs_order(adj, 0, ops) == list(range(n))
+        assert ops["max_stack"] == (n * n - 3 * n + 4) // 2
     growth = []
     for n in (1000, 2000, 4000, 8000):
         edges = random_graph(random.Random(n), n, 4 * n)
@@ -689,7 +788,18 @@ def test_dijkstra_needs_non_negative_weights():
         return dist
 
     assert dijkstra_visited(4, edges, 0) == [0, 1, 2, 2]   # vertex 1 was settled at 1 before the -2 edge was seen
-    assert graphs.dijkstra(4, edges, 0) == truth    # lazy deletion re-expands vertex 1 and happens to be right here
+    assert graphs.dijkstra(4, edges, 0) == truth    # lazy deletion re-expands vertex 1
+    # without a negative cycle the re-expanding version is always right (a label-correcting method),
+    # but it may expand a vertex more than once: the O(E log V) bound is gone
+    rng, reexpanded = random.Random(64), 0
+    for _ in range(200):
+        n = rng.randint(2, 9)
+        perm = rng.sample(range(n), n)                # a DAG: edges only forward in a hidden order
+        dag = [(perm[i], perm[j], rng.randint(-10, 10)) for i in range(n) for j in range(i + 1, n) if rng.random() < 0.5]
+        ops = Counter()
+        assert graphs.dijkstra(n, dag, perm[0], ops) == graphs.bellman_ford(n, dag, perm[0])
+        reexpanded += ops["edge"] > len(dag)
+    assert reexpanded > 0
 
 
 def test_union_find():
@@ -744,6 +854,7 @@ def test_permutations_with_duplicates():
         assert ops["node"] == sum(math.perm(n, k) for k in range(n + 1))
         counts.append(ops["node"])
     assert all(counts[n] == (n + 1) * counts[n - 1] + 1 for n in range(1, 8))   # nodes(n) = n * nodes(n-1) + 1: grows like n!
+    assert counts == [math.floor(math.e * math.factorial(n)) for n in range(1, 9)] and counts[-1] == 109601
     ops = Counter()
     bt.permutations_unique([1] * 8, ops)
     assert ops["node"] == 9                          # all equal: the pruning leaves a single path
@@ -890,6 +1001,11 @@ def test_longest_increasing_subsequence():
             assert ops["cmp"] == n * (n - 1) // 2
             quad.append(ops["cmp"])
     assert 3.9 <= ratios(quad)[0] <= 4.1
+    tails = []
+    for x in [3, 4, 1]:                               # the page's example: tails is not a subsequence
+        i = bisect.bisect_left(tails, x)
+        tails[i:i + 1] = [x]
+    assert tails == [1, 4] and dp.lis_patience([3, 4, 1]) == len(tails) == 2
     assert all(1.9 <= r <= 2.5 for r in ratios(pat)), ratios(pat)
 
 
@@ -908,6 +1024,18 @@ def test_interval_scheduling_and_meeting_rooms():
         assert len(chosen) == best and ok(chosen)
         overlap = max((sum(s <= t < e for s, e in ivs) for t, _ in ivs), default=0)
         assert greedy.min_meeting_rooms(ivs) == overlap
+
+    def greedy_by(ivs, key):                          # the wrong orders: earliest start, shortest first
+        chosen = []
+        for iv in sorted(ivs, key=key):
+            if all(iv[1] <= c[0] or c[1] <= iv[0] for c in chosen):
+                chosen.append(iv)
+        return chosen
+
+    short = [(0, 5), (4, 7), (6, 11)]                 # the page's example
+    assert len(greedy_by(short, lambda iv: iv[1] - iv[0])) == 1 and len(greedy.max_non_overlapping(short)) == 2
+    long_first = [(0, 10), (1, 2), (3, 4), (5, 6)]
+    assert len(greedy_by(long_first, lambda iv: iv[0])) == 1 and len(greedy.max_non_overlapping(long_first)) == 3
 
 
 def test_fractional_knapsack_against_lp_vertices():
@@ -945,6 +1073,7 @@ def test_max_capacity_product_cutting_and_greedy_coins():
 
     for n in range(2, 61):
         assert greedy.max_product_cutting(n) == best_cut(n)
+    assert all(2 * (f - 2) > f for f in range(5, 100)) and 2**3 < 3**2   # the argument on the page
 
     for amount in range(0, 300):                      # canonical coin system: greedy is optimal
         assert greedy.coin_change_greedy([1, 5, 10, 25], amount) == dp.coin_change_min([1, 5, 10, 25], amount)

@@ -37,16 +37,21 @@ def bfs_distances(adj: list[list[int]], src: int, ops: Counter | None = None) ->
     return dist
 
 
-def dfs_order(adj: list[list[int]], src: int) -> list[int]:
-    """迭代 DFS，访问顺序与递归版相同：出栈时才标记，邻居逆序压栈。"""
+def dfs_order(adj: list[list[int]], src: int, ops: Counter | None = None) -> list[int]:
+    """迭代 DFS，访问顺序与递归版相同：出栈时才标记，邻居逆序压栈。
+
+    代价是同一顶点可能在栈里有多份（每条指向它的边一份），栈最长 O(E) 而不是 O(V)。
+    """
+    ops = ops if ops is not None else Counter()
     seen, order, stack = [False] * len(adj), [], [src]
     while stack:
         u = stack.pop()
         if seen[u]:
-            continue
+            continue                  # 同一顶点的旧副本：已经访问过
         seen[u] = True
         order.append(u)
         stack.extend(v for v in reversed(adj[u]) if not seen[v])
+        ops["max_stack"] = max(ops["max_stack"], len(stack))
     return order
 # --8<-- [end:bfs-dfs]
 
