@@ -89,6 +89,8 @@ def test_schedule_matches_transformers_and_alpaca_step_counts():
         opt.step()
         sched.step()
     assert al.alpaca_steps() == {"global_batch": 128, "per_epoch": 406, "total": 1218, "warmup": 37}
+    assert al.alpaca_steps(n_examples=52_002) == al.alpaca_steps()      # alpaca_data.json has 52,002 examples
+    assert al.alpaca_steps(last_partial=True) == {"global_batch": 128, "per_epoch": 407, "total": 1221, "warmup": 37}
 
 
 def test_packing_matches_separate_forwards(tok, tiny_model):
@@ -122,7 +124,13 @@ def test_llm_lora_counts_match_a_real_model_on_meta():
     lora = fb.llm_lora_params(q, 16)
     assert round(fb.finetune_memory_gib(total, total), 2) == 7.36                      # full fine-tune
     assert round(fb.finetune_memory_gib(total + lora, lora), 2) == 1.05                # LoRA, bf16 base
-    assert round(fb.finetune_memory_gib(total + lora, lora, fb.nf4_bytes_per_param()), 2) == 0.37  # QLoRA
+    # QLoRA: bitsandbytes swaps only nn.Linear for Linear4bit and keeps the (tied) output layer out,
+    # so the embedding (28% of this model), norms and biases stay bf16.
+    block_linear = sum(m.weight.numel() for n, m in model.named_modules()
+                       if isinstance(m, torch.nn.Linear) and n != "lm_head")
+    assert block_linear == 357_826_560 and round(100 * (total - block_linear) / total) == 28
+    assert round(fb.finetune_memory_gib(total + lora, lora, fb.nf4_bytes_per_param(), block_linear), 2) == 0.56
+    assert round(fb.finetune_memory_gib(total + lora, lora, fb.nf4_bytes_per_param()), 2) == 0.37  # if all were NF4
     assert round(fb.nf4_bytes_per_param() * 8 - 4, 3) == 0.127                        # QLoRA paper: 0.127 bits
 
 

@@ -106,11 +106,14 @@ def warmup_cosine(step: int, warmup: int, total: int) -> float:
     return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
-def alpaca_steps(n_examples=52_000, per_device=4, gpus=4, accumulation=8, epochs=3, warmup_ratio=0.03):
-    """Optimizer steps of the README command: each GPU sees ceil(n / (per_device * gpus)) micro-batches
-    an epoch and steps once every `accumulation` of them; warmup is ceil(ratio * total)."""
+def alpaca_steps(n_examples=52_000, per_device=4, gpus=4, accumulation=8, epochs=3, warmup_ratio=0.03,
+                 last_partial=False):
+    """Optimizer steps of the README command under the Trainer of the time (transformers 4.28): each GPU
+    sees ceil(n / (per_device * gpus)) micro-batches an epoch and steps once every `accumulation` of them
+    (rounded down); warmup is ceil(ratio * total). last_partial=True also counts an epoch's last,
+    incomplete window as a step (rounded up), as newer Trainers do (4.57, 5.x)."""
     micro = math.ceil(n_examples / (per_device * gpus))
-    per_epoch = micro // accumulation
+    per_epoch = -(-micro // accumulation) if last_partial else micro // accumulation
     total = per_epoch * epochs
     return {"global_batch": per_device * gpus * accumulation, "per_epoch": per_epoch,
             "total": total, "warmup": math.ceil(warmup_ratio * total)}

@@ -59,11 +59,15 @@ def unet_attention_shapes(block_out_channels, layers_per_block, cross_attention_
 
 
 # --8<-- [start:memory]
-def finetune_memory_gib(n_params, trainable, base_bytes=2.0):
-    """Weights, gradients and AdamW states (activations excluded). Frozen weights cost base_bytes
-    each (2 for bf16, about 0.5 + quantization constants for 4-bit NF4). Each trainable parameter
-    costs 2 (bf16 weight) + 2 (grad) + 4 (fp32 master copy) + 4 + 4 (Adam m and v) = 16 bytes."""
-    return ((n_params - trainable) * base_bytes + trainable * 16) / 2**30
+def finetune_memory_gib(n_params, trainable, base_bytes=2.0, quantized=None):
+    """Weights, gradients and AdamW states (activations excluded). Frozen weights cost 2 bytes each
+    (bf16), except `quantized` of them, which cost base_bytes (about 0.5 + quantization constants for
+    4-bit NF4; None: every frozen weight). QLoRA through bitsandbytes quantizes only the nn.Linear
+    layers of the blocks: embeddings, the output layer, norms and biases stay bf16. Each trainable
+    parameter costs 2 (bf16 weight) + 2 (grad) + 4 (fp32 master copy) + 4 + 4 (Adam m and v) = 16 bytes."""
+    frozen = n_params - trainable
+    low = frozen if quantized is None else quantized
+    return ((frozen - low) * 2.0 + low * base_bytes + trainable * 16) / 2**30
 
 
 def nf4_bytes_per_param(block=64, block2=256):
