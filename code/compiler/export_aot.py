@@ -274,7 +274,9 @@ def load_in_fresh_process(path, batches, repeats=0, check_inputs=False, timeout=
     proc = subprocess.run([sys.executable, "-c", LOAD_SCRIPT, str(HERE), str(path), json.dumps(list(batches)), str(repeats)],
                           capture_output=True, text=True, timeout=timeout, env=env)
     if proc.returncode != 0:
-        raise RuntimeError(proc.stderr[-2000:])
+        how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit status {proc.returncode}"
+        raise RuntimeError(f"the fresh process loading {path} ended with {how}\n"
+                           f"stdout: {proc.stdout[-800:]}\nstderr: {proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 # --8<-- [end:aoti]
 

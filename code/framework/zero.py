@@ -56,6 +56,12 @@ def _local(t):
     return t.to_local() if hasattr(t, "to_local") else t  # a DTensor's numel() is the GLOBAL size
 
 
+# torch 2.13 renamed the flat collectives (reduce_scatter_tensor -> reduce_scatter_single, all_gather_into_tensor
+# -> all_gather_single) and deprecates the old names; older releases have only the old ones.
+_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
 def _opt_bytes(opt):
     return _nbytes(_local(v) for s in opt.state.values() for k, v in s.items() if torch.is_tensor(v) and k != "step")
 
@@ -70,7 +76,7 @@ def zero12_step(model, stage, lr, comm):
     P = flat_g.numel()
     lo, hi = rank * P // n, (rank + 1) * P // n
     g_shard = torch.empty(hi - lo)
-    dist.reduce_scatter_single(g_shard, flat_g)  # this rank's slice of the summed gradient
+    _reduce_scatter(g_shard, flat_g)  # this rank's slice of the summed gradient (reduce_scatter_single)
     comm["reduce_scatter"] += P
     g_shard /= n
     if stage == 1:  # ZeRO-1: backward still materialises the full gradient on every rank
@@ -86,7 +92,7 @@ def zero12_step(model, stage, lr, comm):
     model._shard.grad = g_shard
     model._opt.step()
     full = torch.empty(P)
-    dist.all_gather_single(full, model._shard.detach())  # every rank gets the updated parameters
+    _all_gather(full, model._shard.detach())  # every rank gets the updated parameters (all_gather_single)
     comm["all_gather"] += P
     off = 0
     with torch.no_grad():
