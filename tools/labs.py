@@ -60,6 +60,7 @@ def setup_template() -> str:
 CODE_SECTIONS = sorted(p.name for p in (ROOT / "code").iterdir() if p.is_dir()) if (ROOT / "code").is_dir() else []
 _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([\w.]+)[ \t]+import|import[ \t]+([\w.]+(?:[ \t]*,[ \t]*[\w.]+)*))", re.M)
 _STRING = re.compile(r"""(?<![\w])["']([\w./+-]+)["']""")
+_PATH_JOIN = re.compile(r"""[\"'](?:code|data|bench|tools)[\"'](?:\s*/\s*[\"'][\w.+-]+[\"'])+""")
 _REPO_PATH = re.compile(r"^(?:code|data|bench|tools)/[\w./+-]+\.\w+$")
 
 
@@ -132,6 +133,10 @@ def lab_needs(path: Path, nb: dict | None = None) -> tuple[list[str], dict[str, 
         for lit in _STRING.findall(code):
             if _REPO_PATH.match(lit) and (ROOT / lit).is_file():
                 files.add(lit)
+        for m in _PATH_JOIN.finditer(code):  # ROOT / "data" / "hardware" / "gpus.yml" in a module
+            joined = "/".join(re.findall(r"[\"']([\w.+-]+)[\"']", m.group(0)))
+            if (ROOT / joined).is_file():
+                files.add(joined)
         for name in _imports(code):
             parts = name.split(".")
             found = False
