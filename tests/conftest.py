@@ -24,6 +24,19 @@ MKDOCS = [sys.executable, "-m", "mkdocs"]
 BUILD_ENV = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "LAB_FORCE_CPU": "1"}
 
 
+def load_listing(path: Path, module_name: str):
+    """Import a listing from its path (listings have kebab-case file names), once per test session."""
+    import importlib.util
+
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 class Build:
     def __init__(self, site: Path, proc: subprocess.CompletedProcess):
         self.site = site

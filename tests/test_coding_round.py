@@ -8,7 +8,6 @@ from __future__ import annotations
 import bisect
 import functools
 import heapq
-import importlib.util
 import itertools
 import math
 import random
@@ -20,22 +19,14 @@ from fractions import Fraction
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, load_listing
 
 CODE = ROOT / "code" / "foundations" / "algorithms"
 
 
 def load(name: str):
     """The listings have kebab-case names, so they are loaded from their paths."""
-    path = CODE / f"{name}.py"
-    mod_name = "coding_round_" + name.replace("-", "_")
-    if mod_name in sys.modules:
-        return sys.modules[mod_name]
-    spec = importlib.util.spec_from_file_location(mod_name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[mod_name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_listing(CODE / f"{name}.py", "coding_round_" + name.replace("-", "_"))
 
 
 sorting = load("sorting")

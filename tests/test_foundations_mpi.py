@@ -7,27 +7,18 @@ within a generous grace period, and the launcher then stops the group. No timing
 """
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, load_listing
 
 CODE = ROOT / "code" / "foundations" / "mpi"
 
 
 def load(name: str):
-    mod = "mpi_listing_" + name.replace("-", "_")
-    if mod in sys.modules:
-        return sys.modules[mod]
-    spec = importlib.util.spec_from_file_location(mod, CODE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[mod] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_listing(CODE / f"{name}.py", "mpi_listing_" + name.replace("-", "_"))
 
 
 launch = load("launch")

@@ -7,7 +7,6 @@ No test asserts a time."""
 from __future__ import annotations
 
 import filecmp
-import importlib.util
 import json
 import os
 import re
@@ -19,18 +18,14 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, load_listing
 
 OS = ROOT / "code" / "foundations" / "os"
 DOCS = ROOT / "docs" / "foundations" / "os"
 
 
 def load(name: str):
-    spec = importlib.util.spec_from_file_location(name.replace("-", "_"), OS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_listing(OS / f"{name}.py", "persistence_" + name.replace("-", "_"))
 
 
 def table_rows(page: str, first_cell: str) -> dict[str, list[str]]:
