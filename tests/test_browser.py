@@ -116,7 +116,7 @@ SEARCHES = [
     ("MIG", "driver/virtualization/", 1),
     ("LoRA", "algorithm/training-stages/", 3),
     ("MLIR", "compiler/", 3),
-    ("TVM", "compiler/", 3),
+    ("TVM", "compiler/tvm/", 1),
     ("wgmma", "operator/gemm/", 5),
     ("shared_ptr", "foundations/cpp/smart-pointers/", 1),
     ("im2col", "operator/convolution/", 3),
