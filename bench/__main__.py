@@ -147,12 +147,9 @@ def main(argv: list[str]) -> int:
     if not torch.cuda.is_available():
         print("python -m bench needs an NVIDIA GPU with a CUDA driver, and none is visible on this machine.\n"
               "Nothing was measured. The records already taken on GPUs are in data/bench/; the labs plot them.")
-        import shutil
-
-        if shutil.which("nvidia-smi") and not torch.version.cuda:
-            print(f"This interpreter ({sys.executable}) has torch {torch.__version__}, a CPU build (the locked "
-                  "environment's). On a GPU machine run `make bench GPU_PYTHON=python3` with an interpreter whose "
-                  "torch is a CUDA build (see README, GPU contributors).")
+        hint = envcheck.cpu_build_hint(torch, "bench")
+        if hint:
+            print(hint)
         return 2
     env = envcheck.check_frameworks(printer=lambda m: print(m, flush=True))
     if not env["torch-cuda"]["ok"]:

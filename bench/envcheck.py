@@ -176,3 +176,14 @@ if __name__ == "__main__":
     res = check_frameworks()
     print(json.dumps(res, indent=1))
     raise SystemExit(0 if all(r["ok"] for r in res.values()) else 1)
+
+
+def cpu_build_hint(torch, target: str) -> str | None:
+    """Why torch sees no GPU on a machine that has one: the locked environment's CPU build. None otherwise."""
+    import shutil
+
+    if shutil.which("nvidia-smi") and not torch.version.cuda:
+        return (f"This interpreter ({sys.executable}) has torch {torch.__version__}, a CPU build (the locked "
+                f"environment's). On a GPU machine run `make {target} GPU_PYTHON=python3` with an interpreter whose "
+                "torch is a CUDA build (see README, GPU contributors).")
+    return None

@@ -96,10 +96,9 @@ def main(argv: list[str]) -> int:
 
     if not torch.cuda.is_available():
         print("python -m bench.gpu_check needs an NVIDIA GPU, and none is visible here; nothing was run.")
-        if shutil.which("nvidia-smi") and not torch.version.cuda:
-            print(f"This interpreter ({sys.executable}) has torch {torch.__version__}, a CPU build (the locked "
-                  "environment's). On a GPU machine run it with an interpreter whose torch is a CUDA build: "
-                  "`make gpu-check GPU_PYTHON=python3` (see README, GPU contributors).")
+        hint = envcheck.cpu_build_hint(torch, "gpu-check")
+        if hint:
+            print(hint)
         return 2
     env = envcheck.check_frameworks(printer=lambda m: print(m, flush=True))
     if not env["torch-cuda"]["ok"]:

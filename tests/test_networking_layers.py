@@ -5,27 +5,18 @@ RFC 7541 (Appendix C.1) and a well-known IPv4 header, and counts of TCP connecti
 """
 from __future__ import annotations
 
-import importlib.util
 import ipaddress
 import random
-import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, load_listing
 
 CODE = ROOT / "code" / "foundations" / "networking"
 
 
 def load(name: str):
-    mod = "netlayers_" + name.replace("-", "_")
-    if mod in sys.modules:
-        return sys.modules[mod]
-    spec = importlib.util.spec_from_file_location(mod, CODE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[mod] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_listing(CODE / f"{name}.py", "netlayers_" + name.replace("-", "_"))
 
 
 ip = load("ip-layer")

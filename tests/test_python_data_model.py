@@ -5,28 +5,19 @@ the hand-written C3 against __mro__, slot sizes against sys.getsizeof and tracem
 """
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import random
 import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, load_listing
 
 CODE = ROOT / "code" / "foundations" / "python"
 
 
 def load(name: str):
-    path = CODE / f"{name}.py"
-    mod_name = "pydm_" + name.replace("-", "_")
-    if mod_name in sys.modules:
-        return sys.modules[mod_name]
-    spec = importlib.util.spec_from_file_location(mod_name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[mod_name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_listing(CODE / f"{name}.py", "pydm_" + name.replace("-", "_"))
 
 
 dm = load("data-model")
