@@ -147,10 +147,21 @@ def main(argv: list[str]) -> int:
     prov["environment"] = {fw: {"ok": r["ok"], "packages": r["packages"], **({} if r["ok"] else {"error": r["error"]})}
                            for fw, r in env.items()}
     target = out / "gpu-check.json"
+    for res in results:  # each item says which commit and date it ran at, so a merged file stays honest
+        res.setdefault("commit", prov.get("commit"))
+        res.setdefault("date", prov.get("date"))
     if args.merge and target.exists():
         done = {r["item"] for r in results}
-        results = [r for r in json.loads(target.read_text(encoding="utf-8"))["results"] if r["item"] not in done] + results
+        old = json.loads(target.read_text(encoding="utf-8"))
+        old_prov = old.get("provenance", {})
+        kept = [{"commit": old_prov.get("commit"), "date": old_prov.get("date"), **r}
+                for r in old["results"] if r["item"] not in done]
+        results = kept + results
         results.sort(key=lambda r: (not r["item"].startswith("notebooks/"), r["item"]))
+        prov["commands"] = [*old_prov.get("commands", [old_prov.get("command")] if old_prov.get("command") else []),
+                            prov["command"]]
+        if old_prov.get("note"):
+            prov["earlier_note"] = old_prov["note"]
     summary = {"provenance": prov, "arch": arch, "results": results}
     target.write_text(json.dumps(summary, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     failed = [r["item"] for r in results if not r["ok"] and not r.get("not_run")]
