@@ -64,3 +64,16 @@ def test_gpu_commands_say_they_need_a_gpu_on_a_cpu_machine(module, says, tmp_pat
     assert out.returncode == 2
     assert "needs an NVIDIA GPU" in out.stdout and says in out.stdout
     assert not any(tmp_path.iterdir()), "wrote output although nothing ran"
+
+
+def test_readme_gpu_check_counts_match_the_record():
+    """The README's 'N 项通过' of the H200 gpu-check is the committed record's count, not a hand-kept number."""
+    import re
+
+    record = json.loads((ROOT / "data" / "gpu-check" / "nvidia-h200.json").read_text(encoding="utf-8"))
+    results = record["results"]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    m = re.search(r"共 (\d+) 项，(\d+) 项通过（`data/gpu-check/nvidia-h200.json`", readme)
+    assert m, "README.md no longer states the gpu-check count next to its record"
+    assert (int(m[1]), int(m[2])) == (len(results), sum(r["ok"] for r in results))
+    assert all(r.get("commit") for r in results), "every item of a merged record names the commit it ran at"

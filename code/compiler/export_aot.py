@@ -270,7 +270,8 @@ def load_in_fresh_process(path, batches, repeats=0, check_inputs=False, timeout=
 
     check_inputs=True 设置 AOTI_RUNTIME_CHECK_INPUTS=1：生成的 C++ 包装代码只在这时检查输入的形状与范围。
     """
-    env = dict(os.environ, PYTHONWARNINGS="ignore", AOTI_RUNTIME_CHECK_INPUTS="1" if check_inputs else "0")
+    env = dict(os.environ, PYTHONWARNINGS="ignore", PYTHONFAULTHANDLER="1",  # a crash prints its Python stack
+               AOTI_RUNTIME_CHECK_INPUTS="1" if check_inputs else "0")
     proc = subprocess.run([sys.executable, "-c", LOAD_SCRIPT, str(HERE), str(path), json.dumps(list(batches)), str(repeats)],
                           capture_output=True, text=True, timeout=timeout, env=env)
     if proc.returncode != 0:
