@@ -186,3 +186,11 @@ def test_measurement_record():
     assert res["aoti_compile_s"] > res["jit_first_call_s"]
     assert "docs/compiler/export-aot.md" in record["used_by"]
     assert "records/cpu-amd-epyc-2c/export-aot" in (ROOT / "docs" / "compiler" / "export-aot.md").read_text(encoding="utf-8")
+
+
+def test_load_step_is_skipped_only_below_the_verified_torch():
+    """The .pt2 load step runs on the locked torch and is skipped, with its reason, only on older torch."""
+    assert E.aoti_load_skip_reason("2.13.0+cpu") is None and E.aoti_load_skip_reason("3.0.1") is None
+    reason = E.aoti_load_skip_reason("2.11.0+cu130")
+    assert reason.startswith("跳过加载") and "2.11.0+cu130" in reason and "2.13" in reason
+    assert E.aoti_load_skip_reason() is None, "the locked torch must run the load step in CI"

@@ -228,6 +228,23 @@ def count_jit_compiles(fn, arg_lists, dynamic=True):
     return counter.frame_count
 
 
+# aoti_load_package is checked on the locked torch (2.13, CI and CPU mode). The H200 image's torch 2.11.0+cu130 ends
+# the process with SIGSEGV inside the native loader (torch/export/pt2_archive/_package.py, _load_aoti) for every
+# package, CPU or CUDA, in the compiling process and in a fresh one alike, so on older torch the load step is skipped
+# with one line that says why instead of crashing the lab.
+AOTI_LOAD_MIN_TORCH = (2, 13)
+
+
+def aoti_load_skip_reason(version=None):
+    """None when this torch loads .pt2 packages in the versions checked here, else the one-line reason to skip."""
+    version = version or torch.__version__
+    major, minor = (int(p) for p in version.split("+")[0].split(".")[:2])
+    if (major, minor) >= AOTI_LOAD_MIN_TORCH:
+        return None
+    return (f"跳过加载：torch {version} 的 aoti_load_package 在原生加载器里段错误（CPU 与 CUDA 包都复现）；"
+            f"加载一步在 torch ≥ {AOTI_LOAD_MIN_TORCH[0]}.{AOTI_LOAD_MIN_TORCH[1]}（锁定版本）上验证")
+
+
 # --8<-- [start:aoti]
 def aoti_package(ep, folder):
     """AOTInductor：把 ExportedProgram 编译成共享库、连同权重打进一个 .pt2 包（zip）。"""
