@@ -200,7 +200,10 @@ def check_typography(name: str, text: str, line_offset: int = 0) -> list[Problem
 def check_markdown(path: Path) -> list[Problem]:
     text = path.read_text(encoding="utf-8")
     name = rel(path)
-    return [*check_front_matter(path, text), *check_text(name, text), *check_typography(name, text)]
+    from tools import answer_boxes  # the "一句话答案" box: one or two sentences, ≤ 120 characters
+
+    return [*check_front_matter(path, text), *check_text(name, text), *check_typography(name, text),
+            *answer_boxes.check(path, text)]
 
 
 def check_notebook(path: Path) -> list[Problem]:
