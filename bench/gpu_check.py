@@ -6,15 +6,21 @@
 CI has no GPU, so the labs' GPU paths (larger sizes, PTX inspection, live timing) and the `.cu`
 listings' self-checks run here only. Each lab runs in its own process (a crash or a CUDA error in one
 does not hide the others); each `.cu` file is compiled with `nvcc -arch=sm_90` (or the GPU's own
-architecture) and its self-checking `main` must exit 0 and print PASS. A JSON summary with the GPU,
-driver and library versions is written to DIR/gpu-check.json (`--merge` keeps the other items of an
-existing one, so a long check can be split into runs); the exit status is 1 if anything failed.
+architecture) and its self-checking `main` must exit 0 and print PASS (a listing may ask for extra
+nvcc options, or for more builds, in `// nvcc-flags:` / `// nvcc-variant:` lines: see cuda_builds; one
+that needs a newer GPU names its architectures in a `// nvcc-arch:` line and is not run on older ones:
+see cuda_archs).
+A JSON summary with the GPU, driver and library versions is written to DIR/gpu-check.json (`--merge`
+keeps the other items of an existing one, so a long check can be split into runs); the exit status
+is 1 if anything failed.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -61,22 +67,75 @@ def uses(path: Path, framework: str) -> bool:
     return f"from {module} import" in code or f"import {module}" in code
 
 
+_NVCC_HEADER = re.compile(r"^//\s*nvcc-(flags|variant|arch):(.*)$")
+
+
+def cuda_builds(path: Path) -> list[list[str]]:
+    """The extra nvcc options of each build of a CUDA listing, read from `//` lines at its top:
+
+        // nvcc-flags: -rdc=true -lcudadevrt      added to every build (device-side launches need them)
+        // nvcc-variant: -use_fast_math -DX        one more build with these options added
+
+    A listing without such lines is built once with no extra options. The tests compile every build
+    for sm_90 and sm_80; `make gpu-check` runs every build, and each must exit 0 and print PASS."""
+    flags: list[str] = []
+    variants: list[list[str]] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("//") and line.strip():
+            break  # the header ends at the first line that is neither a comment nor blank
+        m = _NVCC_HEADER.match(line.strip())
+        if m and m.group(1) == "flags":
+            flags += shlex.split(m.group(2))
+        elif m and m.group(1) == "variant":
+            variants.append(shlex.split(m.group(2)))
+    return [flags] + [flags + v for v in variants]
+
+
+def cuda_archs(path: Path) -> list[str] | None:
+    """The architectures a listing is built for, from a `// nvcc-arch:` line among the same header lines:
+
+        // nvcc-arch: sm_90                        only for these (it uses clusters, cp.async.bulk, ...)
+
+    None when the listing has no such line (the tests then build it for sm_90 and sm_80). `make gpu-check`
+    runs a listing with the line only on a GPU at least as new as the oldest architecture it names."""
+    archs: list[str] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("//") and line.strip():
+            break
+        m = _NVCC_HEADER.match(line.strip())
+        if m and m.group(1) == "arch":
+            archs += shlex.split(m.group(2))
+    return archs or None
+
+
+def _arch_number(arch: str) -> int:
+    return int(re.sub(r"\D", "", arch.split("_", 1)[-1]) or 0)
+
+
 def run_cuda(path: Path, arch: str, timeout: int) -> dict:
     nvcc = shutil.which("nvcc")
     item = path.relative_to(ROOT).as_posix()
     if nvcc is None:
         return {"item": item, "ok": False, "seconds": 0, "tail": "nvcc not found on this machine"}
+    needs = cuda_archs(path)
+    if needs and _arch_number(arch) < min(_arch_number(a) for a in needs):
+        return {"item": item, "ok": False, "not_run": True, "seconds": 0,
+                "tail": f"needs {' or '.join(needs)} (its `// nvcc-arch:` line); this GPU is {arch}"}
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        exe = Path(tmp) / "a.out"
-        build = subprocess.run([nvcc, "-O3", f"-arch={arch}", "-o", str(exe), str(path)],
-                               capture_output=True, text=True, timeout=timeout)
-        if build.returncode != 0:
-            return {"item": item, "ok": False, "seconds": 0, "tail": build.stderr[-4000:]}
-        proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=timeout)
-    out = proc.stdout + proc.stderr
-    return {"item": item, "ok": proc.returncode == 0 and "PASS" in out,
-            "seconds": round(time.perf_counter() - t0, 1), "tail": out[-4000:]}
+    ok, tails = True, []
+    for extra in cuda_builds(path):
+        with tempfile.TemporaryDirectory() as tmp:
+            exe = Path(tmp) / "a.out"
+            build = subprocess.run([nvcc, "-O3", f"-arch={arch}", "-o", str(exe), str(path), *extra],
+                                   capture_output=True, text=True, timeout=timeout)
+            if build.returncode != 0:
+                return {"item": item, "ok": False, "seconds": 0, "tail": build.stderr[-4000:]}
+            proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=timeout)
+        out = proc.stdout + proc.stderr
+        ok = ok and proc.returncode == 0 and "PASS" in out
+        tails.append((f"[nvcc {' '.join(extra)}]\n" if extra else "") + out)
+    tail = "\n".join(tails)
+    return {"item": item, "ok": ok, "seconds": round(time.perf_counter() - t0, 1), "tail": tail[-4000:]}
 
 
 def main(argv: list[str]) -> int:
