@@ -68,6 +68,18 @@ def test_cpp_op_equals_torch_softmax(ext, shape):
     _check_matches_torch(ext.softmax, shape)
 
 
+def test_fully_masked_row_convention(ext):
+    # The page: a row of -inf gives 0 from the C++ kernel (1/d taken as 0, like online-softmax.cu) and NaN from
+    # the Triton kernel and torch.softmax; partly masked rows agree everywhere.
+    ninf = float("-inf")
+    x = torch.tensor([[ninf, ninf, ninf], [0.0, ninf, 1.0]])
+    ref = torch.softmax(x, -1)
+    assert torch.equal(ext.softmax(x)[0], torch.zeros(3)) and ref[0].isnan().all()
+    assert C.opaque_softmax(x)[0].isnan().all()
+    for y in (ext.softmax(x), C.opaque_softmax(x)):
+        torch.testing.assert_close(y[1], ref[1], rtol=1e-6, atol=0)
+
+
 def test_backward_formula_is_the_softmax_gradient():
     x = torch.randn(3, 7, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(C.numpy_softmax, (x,))
@@ -179,6 +191,13 @@ def test_undeclared_mutation_fails_only_test_schema():
     result = torch.library.opcheck(C.softmax_undeclared_, (torch.randn(6, 300),), raise_exception=False)
     assert "Argument x is not defined as mutable but was mutated" in str(result["test_schema"])
     assert all(result[t] == "SUCCESS" for t in ALL_TESTS - {"test_schema"})
+    # the page's opcheck table: test_schema does not flag the converse (declared as mutated, never written)
+    assert str(C.softmax_._opoverload._schema) == "handbook::softmax_(Tensor(a0!) x) -> ()"
+    lib = torch.library.Library("handbook_test", "FRAGMENT")
+    lib.define("never_writes(Tensor(a!) x) -> ()")
+    lib.impl("never_writes", lambda x: None, "CompositeExplicitAutograd")
+    assert torch.library.opcheck(torch.ops.handbook_test.never_writes.default, (torch.randn(3),),
+                                 test_utils="test_schema") == {"test_schema": "SUCCESS"}
 
 
 def test_inplace_op_is_functionalized_and_equals_out_of_place(ext):

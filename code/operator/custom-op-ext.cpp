@@ -45,8 +45,11 @@ inline void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols) {
 
 #ifdef TORCH_EXTENSION_NAME
 // --8<-- [start:includes]
-// 只包含用到的头文件：torch/extension.h 会拉进整个 ATen 与 pybind11，编译慢几倍（实验里实测）。
-// 这个宏让误包含整套 ATen 算子头文件（ATen/Functions.h 等）时直接编译失败，守住编译时间。
+// 只包含用到的头文件：torch/extension.h 会拉进整个 ATen 与 pybind11，编译慢几倍（页面的表格实测）。
+// 两个宏一起才让误包含整套 ATen 算子头文件（ATen/Functions.h 等）时直接编译失败、守住编译时间：
+// 头文件里的 #error 条件是 AT_PER_OPERATOR_HEADERS && TORCH_ASSERT_ONLY_METHOD_OPERATORS，
+// 而 cpp_extension 不定义前者（只有 PyTorch 自己的构建定义它），只写后者什么也不检查。
+#define AT_PER_OPERATOR_HEADERS
 #define TORCH_ASSERT_ONLY_METHOD_OPERATORS
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>

@@ -63,6 +63,7 @@ __global__ void softmax_rows_kernel(const float* x, float* y, int64_t cols) {
 
 #ifdef TORCH_EXTENSION_NAME
 // --8<-- [start:register]
+#define AT_PER_OPERATOR_HEADERS  // 与下一行一起：误包含整套算子头文件时编译失败（见 .cpp 的说明）
 #define TORCH_ASSERT_ONLY_METHOD_OPERATORS
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>

@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
   unsigned* d_hist;
   int* d_warp;
   const int64_t warps = (n + 31) / 32;
-  CHECK(cudaMalloc(&d_in, n * sizeof(int)));
+  CHECK(cudaMalloc(&d_in, warps * 32 * sizeof(int)));  // part 3 pads n up to whole warps
   CHECK(cudaMalloc(&d_idx, n * sizeof(int64_t)));
   CHECK(cudaMalloc(&d_count, sizeof(unsigned long long)));
   CHECK(cudaMalloc(&d_hist, kBins * sizeof(unsigned)));
