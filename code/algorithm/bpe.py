@@ -20,7 +20,8 @@ import regex
 # a run of letters / digits / other symbols, and whitespace (a space stays in front of the next word).
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 # GPT-4's cl100k_base (tiktoken_ext/openai_public.py): case-insensitive contractions, at most
-# three digits per chunk, one leading non-letter glued to a word, newlines kept together.
+# three digits per chunk, one leading non-letter glued to a word, a chunk of whitespace ends at its
+# last newline (the next line's indentation is a chunk of its own).
 GPT4_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}"""
                 r"""| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+""")
 
@@ -61,7 +62,7 @@ def train_simple(texts, vocab_size: int, special_tokens=(), pattern: str = GPT2_
     chunk occurs), merge the most frequent one everywhere, repeat. O(merges x corpus): for small
     corpora and for reading. tie="ids" breaks ties by the smallest (left id, right id) like
     tokenizers; tie="first" takes the pair seen first in the text (what `max` over a dict does,
-    as in minbpe) and drifts away from tokenizers at the first tie."""
+    as in minbpe) and drifts away from tokenizers at the first tie the two rules break differently."""
     words = Counter()
     for text in texts:
         words.update(pretokenize(text, pattern))

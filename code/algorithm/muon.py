@@ -213,7 +213,7 @@ def adam_first_step_output_change(width, lr, seed=0):
 
 # --8<-- [start:noise]
 def noise_scale_exact(per_example_grads):
-    """B_simple = tr(Sigma) / |G|^2 from the per-example gradients (rows), McCandlish et al. eq. 2.8."""
+    """B_simple = tr(Sigma) / |G|^2 from the per-example gradients (rows), McCandlish et al. section 2."""
     G = per_example_grads.mean(0)
     trace = per_example_grads.var(0, unbiased=False).sum()
     return (trace / G.pow(2).sum()).item()
@@ -229,7 +229,7 @@ def noise_scale_two_batches(sq_small, b_small, sq_big, b_big):
 
 def optimal_lr_and_gain(batch, noise_scale):
     """For SGD on a locally quadratic loss: eps_opt(B) / eps_max = 1 / (1 + B_noise / B), and the
-    best loss decrease per step scales the same way (McCandlish et al. eq. 2.6-2.7)."""
+    best loss decrease per step scales the same way (McCandlish et al., section 2)."""
     return 1.0 / (1.0 + noise_scale / batch)
 
 
