@@ -169,7 +169,7 @@ int main() {
   CHECK(cudaMemcpy(d_cols, cols.data(), nnz * sizeof(int), cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(d_vals, vals.data(), nnz * sizeof(float), cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(d_x, x.data(), cols_n * sizeof(float), cudaMemcpyHostToDevice));
-  // 设备端尚未开始的启动要在一个固定大小的队列里排队（默认 2048 个）；按最坏情况留够
+  // 设备端发出、还未完成的启动占用一个固定大小的缓冲区（默认 2048 个）；按最坏情况留够
   CHECK(cudaDeviceSetLimit(cudaLimitDevRuntimePendingLaunchCount, static_cast<size_t>(long_rows) + 64));
 
   auto dynamic = [&] {

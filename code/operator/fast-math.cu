@@ -74,7 +74,7 @@ __global__ void subnormal_probe(const float* __restrict__ in, float* __restrict_
 template <Fn FN, bool FAST>
 __device__ __forceinline__ float step(float x) {
   if constexpr (FN == kExp) return (FAST ? __expf(x) : expf(x)) * 0.5f - 0.6f;  // [-1, 1] 内循环
-  if constexpr (FN == kLog) return (FAST ? __logf(x + 3.0f) : logf(x + 3.0f));  // [1, 1.4] 内循环
+  if constexpr (FN == kLog) return (FAST ? __logf(x + 3.0f) : logf(x + 3.0f));  // [1.1, 1.51] 内，趋于 1.505
   if constexpr (FN == kSin) return (FAST ? __sinf(3.0f * x) : sinf(3.0f * x));
   if constexpr (FN == kDiv) return FAST ? __fdividef(1.0f, x + 2.0f) : 1.0f / (x + 2.0f);
   return (FAST ? rsqrtf(x + 1.0f) : __frsqrt_rn(x + 1.0f));

@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
   const int blocks = sms * 8;  // 常驻网格：每个线程网格跨步地处理许多元素
   bool ok = true;
 
-  // 两种输入：均匀分布的箱号（竞争小），以及“成片相同”的箱号（平均每段 64 个相同值，像图像里的平坦区域）。
+  // 两种输入：均匀分布的箱号（竞争小），以及“成片相同”的箱号（每段 1～64 个相同值、平均 32.5 个，像图像里的平坦区域）。
   std::vector<int> uniform(n), runs(n);
   Lcg rng{2024u};
   for (int64_t i = 0; i < n; ++i) uniform[i] = static_cast<int>(rng.next() >> 24);  // 0..255
