@@ -101,3 +101,63 @@ def project_copy(tmp_path) -> Path:
         (ROOT / ".cache" / name).mkdir(parents=True, exist_ok=True)
         (dst / ".cache" / name).symlink_to(ROOT / ".cache" / name)
     return dst
+
+
+# ---- the browser tests' shared pieces: Debian's Chromium driven by Playwright ----
+CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+NO_CHROMIUM = ("no Chromium: install Debian's chromium (`apt-get install chromium`; .ci/run does it) "
+               "or set CHROMIUM=/path/to/chrome")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One Chromium for the whole session (each test opens its own context)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+class Visit:
+    """A page plus everything it requested and every console error it logged."""
+
+    def __init__(self, browser, base, path, **context):
+        self.context = browser.new_context(**context)
+        self.page = self.context.new_page()
+        self.requests: list[str] = []
+        self.errors: list[str] = []
+        self.page.on("request", lambda r: self.requests.append(r.url))
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.base = base
+        self.page.goto(base + path)
+        self.page.wait_for_load_state("networkidle")
+
+    def foreign(self) -> list[str]:
+        from urllib.parse import urlparse
+
+        host = urlparse(self.base).netloc
+        return [u for u in self.requests if urlparse(u).scheme in ("http", "https", "ws", "wss") and urlparse(u).netloc != host]
+
+    def close(self):
+        self.context.close()
+
+
+@pytest.fixture()
+def visit(browser, server):
+    """visit(path, **context) opens a page of the built site in a fresh browser context (closed after the test)."""
+    opened = []
+
+    def _visit(path="", **context):
+        v = Visit(browser, server, path, **context)
+        opened.append(v)
+        return v
+
+    yield _visit
+    for v in opened:
+        v.close()

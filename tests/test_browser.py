@@ -2,66 +2,14 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import urllib.request
-from urllib.parse import urlparse
+from urllib.parse import urljoin, urlparse
 
 import pytest
 
-CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="no Chromium: install Debian's chromium (`apt-get install chromium`; .ci/run does it) or set CHROMIUM=/path/to/chrome")
+from conftest import CHROMIUM, NO_CHROMIUM, Visit  # noqa: E402  (browser and visit are conftest fixtures)
 
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-quic"]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
-
-
-class Visit:
-    """A page plus everything it requested and every console error it logged."""
-
-    def __init__(self, browser, base, path, **context):
-        self.context = browser.new_context(**context)
-        self.page = self.context.new_page()
-        self.requests: list[str] = []
-        self.errors: list[str] = []
-        self.page.on("request", lambda r: self.requests.append(r.url))
-        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
-        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
-        self.base = base
-        self.page.goto(base + path)
-        self.page.wait_for_load_state("networkidle")
-
-    def foreign(self) -> list[str]:
-        host = urlparse(self.base).netloc
-        return [u for u in self.requests if urlparse(u).scheme in ("http", "https", "ws", "wss") and urlparse(u).netloc != host]
-
-    def close(self):
-        self.context.close()
-
-
-@pytest.fixture()
-def visit(browser, server):
-    opened = []
-
-    def _visit(path="", **context):
-        v = Visit(browser, server, path, **context)
-        opened.append(v)
-        return v
-
-    yield _visit
-    for v in opened:
-        v.close()
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 
 
 def search(v: Visit, query: str, allow_none: bool = False) -> list[str]:
@@ -228,11 +176,13 @@ def test_lab_page_shows_executed_outputs_and_working_buttons(visit, server):
     download = v.page.locator("[data-lab-button=download]").get_attribute("href")
     assert colab == "https://colab.research.google.com/github/aisys-handbook/handbook/blob/main/notebooks/operator/vector-add.ipynb"
     assert github == "https://github.com/aisys-handbook/handbook/blob/main/notebooks/operator/vector-add.ipynb"
-    with urllib.request.urlopen(server + "operator/vector-add/" + download) as r:
+    # instant navigation (mkdocs.yml) makes link hrefs absolute in the page: resolve either form
+    with urllib.request.urlopen(urljoin(server + "operator/vector-add/", download)) as r:
         nb = json.loads(r.read().decode("utf-8"))
     assert not any(c.get("outputs") for c in nb["cells"] if c["cell_type"] == "code"), "download must be the clean source"
     edit = v.page.locator("a[rel=edit]").get_attribute("href")
-    assert edit.endswith("/edit/main/notebooks/operator/vector-add.ipynb")
+    # GitHub's rendered notebook, not its edit page (raw JSON): issue 30, tests/test_reader_layout.py
+    assert edit == github
 
 
 def test_content_tabs_switch(visit):

@@ -5,7 +5,8 @@
   data the lab buttons in overrides/main.html need;
 - vendor assets: KaTeX and Mermaid from node_modules (npm ci) are published under assets/vendor/,
   so no page loads anything from another host;
-- glossary: the abbreviations of data/glossary.yml are appended to every Markdown page (tooltips);
+- glossary: the abbreviations of data/glossary.yml are appended to every Markdown page (tooltips,
+  kept at a term's first occurrence outside headings: tools/reader.py, with the other reading fixes);
 - question bank: two pages under interview/ are generated from data/questions.yml;
 - navigation: a page or lab that is not in any .nav.yml is a warning that names the fix.
 """
@@ -35,7 +36,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tools import canon, diagrams, katex_static, labs, pagepool, questions  # noqa: E402
+from tools import instant_nav, searchindex  # noqa: E402  (what search indexes; instant navigation)
 from tools import measured  # noqa: E402  (measured figures in prose: {{bench ...}}, {{record ...}})
+from tools import wayin  # noqa: E402  (the lab catalogue; the home page's offline-edition links)
+from tools import reader  # noqa: E402  (glossary tooltips once per page, rows of formulas, lab TOCs and plot alt texts)
 
 log = logging.getLogger("mkdocs.plugins.handbook")
 
@@ -186,7 +190,7 @@ def _cache_search_entries() -> None:
     original = index_cls.add_entry_from_context
     original_generate = index_cls.generate_search_index
     salt = _stage_key(_versions("mkdocs-material", "jieba"),
-                      (ROOT / "tools" / "jieba-user-dict.txt").read_text(encoding="utf-8"))
+                      (ROOT / "tools" / "jieba-user-dict.txt").read_text(encoding="utf-8"), searchindex.SALT)
 
     def add_entry_from_context(self, page):
         import json
@@ -199,6 +203,7 @@ def _cache_search_entries() -> None:
         if hit is not None:
             self.entries.extend(hit)
             return
+        page = searchindex.for_index(page)  # formulas once, lab code in and lab outputs out (tools/searchindex.py)
         pool = pagepool.current()
         if pool is None and pagepool.count_search_miss() > pagepool.SEARCH_IN_PROCESS:
             pool = pagepool.start()
@@ -267,6 +272,7 @@ def on_config(config):
     config["_handbook_abbr"] = "\n\n" + "\n".join(lines) + "\n"
     config["_handbook_glossary"] = glossary
     _cache_search_entries()
+    instant_nav.configure(config)
     _cheap_notebook_toc()
     _cache_markdown_render(config)
     # mkdocs-jupyter caches its conversion by the notebook (here the executed copy) and its own
@@ -293,7 +299,7 @@ def _glossary_page(terms: list[dict]) -> str:
     return "\n".join([
         "---", "title: 术语表", "description: 全站缩写与术语的中英对照；同一份数据生成每页的缩写悬停提示。",
         "tags:", "  - 资源", "---", "", "# 术语表", "",
-        "本表由仓库的 `data/glossary.yml` 生成；表中的缩写在全站每一页上都有悬停提示（把鼠标停在缩写上即可看到全称）。"
+        "本表由仓库的 `data/glossary.yml` 生成；表中的缩写在每一页第一次出现时带悬停提示（把鼠标停在带下划线的缩写上即可看到全称）。"
         "新增术语请改那个文件。", "", "| 缩写 | 英文 | 中文 |", "|---|---|---|", *rows, ""])
 
 
@@ -387,6 +393,7 @@ def on_files(files, config):
     for uri, markdown in canon.pages().items():
         files.append(File.generated(config, uri, content=markdown))
     files.append(File.generated(config, "resources/glossary.md", content=_glossary_page(config["_handbook_glossary"])))
+    files.append(File.generated(config, wayin.CATALOGUE, content=wayin.lab_catalogue(sources, executed)))
     for src, dest in VENDOR:
         base = ROOT / "node_modules" / src
         for path in ([base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file())):
@@ -499,6 +506,7 @@ def on_page_markdown(markdown, page, config, files):
         return markdown
     markdown = _BENCH_TABLE.sub(_bench_table, markdown)
     markdown = measured.expand(markdown, f"docs/{page.file.src_uri}")
+    markdown = wayin.page_markdown(markdown, page, config)
     # A page may define an abbreviation itself (UVM is a verification methodology on the chip-design
     # page, unified virtual memory elsewhere): the page's own definition wins over the glossary's.
     own = set(re.findall(r"^\*\[([^\]]+)\]:", markdown, flags=re.M))
@@ -546,6 +554,7 @@ def on_page_content(html, page, config, files):
     html = _static_diagrams(html, page)
     if not _is_lab(page.file):
         _check_fractions(html, page)
+        html = reader.page_html(html)  # before math is typeset: it splits rows of formulas (tools/reader.py)
         if katex_static.enabled():
             try:
                 html = katex_static.render_page(html, f"docs/{page.file.src_uri}")
@@ -563,11 +572,11 @@ def on_page_content(html, page, config, files):
     hit = _stage_get("lab-pages", key)
     if hit is not None:
         page.toc = get_toc(hit["toc"])
-        return _with_run_note(hit["html"], _lab_sources[page.file.src_uri])
+        return instant_nav.page_html(_with_run_note(hit["html"], _lab_sources[page.file.src_uri]))
     html, tokens = pagepool.lab_page(html, why)
     page.toc = get_toc(tokens)
     _stage_put("lab-pages", key, {"html": html, "toc": tokens})
-    return _with_run_note(html, _lab_sources[page.file.src_uri])
+    return instant_nav.page_html(_with_run_note(html, _lab_sources[page.file.src_uri]))
 
 
 def _with_run_note(html: str, source: Path) -> str:
@@ -601,7 +610,9 @@ def on_page_context(context, page, config, nav):
     repo = config["repo_url"].rstrip("/")
     branch = config["extra"].get("lab_branch", "main")
     owner_repo = urlparse(repo).path.strip("/")
-    page.edit_url = f"{repo}/edit/{branch}/{source}"
+    # GitHub's edit page of a notebook is its raw JSON: "edit" opens the rendered notebook instead
+    # (overrides/partials/lab-buttons.html says how to change it; Material's own buttons are hidden on labs)
+    page.edit_url = f"{repo}/blob/{branch}/{source}"
     page.meta["lab"] = {
         "colab": f"https://colab.research.google.com/github/{owner_repo}/blob/{branch}/{source}",
         "github": f"{repo}/blob/{branch}/{source}",
@@ -751,8 +762,15 @@ def on_post_build(config):
                  f"({labs.jobs()} at a time); their pages refresh when each is done")
     _fix_print_page_anchors(Path(config["site_dir"]))
     _dedupe_print_styles(Path(config["site_dir"]))
+    wayin.strip_from_print_page(Path(config["site_dir"]))
     _patch_search_worker(Path(config["site_dir"]))
     _patch_lazy_search(Path(config["site_dir"]))
+    try:  # synonyms (data/search-synonyms.yml) and the no-hit suggestions' terms
+        searchindex.finalize(Path(config["site_dir"]))
+        searchindex.patch_worker(Path(config["site_dir"]))
+        instant_nav.patch_bundle(Path(config["site_dir"]))
+    except (searchindex.SearchDataError, instant_nav.BundleError) as exc:
+        raise PluginError(str(exc)) from None
     _compact_search_index(Path(config["site_dir"]))
     # The download button serves the clean source (no outputs), like the Colab button, but pinned to
     # the commit the site was built from: opened alone, it fetches the repository files of that commit.

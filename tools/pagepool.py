@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Every build's stage caches (tools/hooks.py): one JSON file per entry, keyed by its full input.
 STAGE_CACHE = Path(os.environ.get("HANDBOOK_BUILD_CACHE") or ROOT / ".cache" / "build")
 _SOURCE = Path(__file__).read_text(encoding="utf-8")  # part of the lab-page key: a change here redoes them
+_SOURCE += Path(__file__).with_name("reader.py").read_text(encoding="utf-8")  # and there (lab_page calls it)
 
 
 def stage_key(*parts: str) -> str:
@@ -86,6 +87,8 @@ def lab_page(html: str, why: str | None) -> tuple[str, list[dict]]:
     from bs4 import BeautifulSoup
     from pymdownx.slugs import slugify
 
+    from tools import reader
+
     slug = slugify(case="lower")
     # html.parser keeps the fragment as it is (lxml would move mkdocs-jupyter's <style> into a <head>).
     soup = BeautifulSoup(html, "html.parser")
@@ -94,8 +97,9 @@ def lab_page(html: str, why: str | None) -> tuple[str, list[dict]]:
                                '本实验尚未执行，下面只有代码，没有输出</p><p></p></div>', "html.parser")
         banner.find_all("p")[1].string = why
         soup.insert(0, banner)
-    # Index a lab's prose and outputs but not its code: the code cells (and their hidden copies for
-    # the copy button) were 44 % of the search index. Material's indexer skips an element marked
+    # Keep a lab's code out of its indexed prose: the code cells (and their hidden copies for the copy
+    # button) were 44 % of the search index (tools/searchindex.py indexes the words of the code cells
+    # in a field of their own, and leaves the outputs out). Material's indexer skips an element marked
     # `data-search-exclude` and strips the mark afterwards; the mark goes on the innermost elements,
     # because its parser forgets the mark at the first nested closing tag of the same name (a marked
     # <div> stops being skipped at its first inner </div>).
@@ -123,7 +127,8 @@ def lab_page(html: str, why: str | None) -> tuple[str, list[dict]]:
         link = soup.new_tag("a", href=f"#{hid}", attrs={"class": "headerlink", "title": "Permanent link"})
         link.string = "¶"
         h.append(link)
-        token = {"level": int(h.name[1]), "id": hid, "name": name, "children": []}
+        # the TOC shows the heading's math as text (the page typesets it; the TOC would show `$P$`)
+        token = {"level": int(h.name[1]), "id": hid, "name": reader.lab_heading(name), "children": []}
         while stack and stack[-1]["level"] >= token["level"]:
             stack.pop()
         (stack[-1]["children"] if stack else tokens).append(token)
@@ -131,8 +136,8 @@ def lab_page(html: str, why: str | None) -> tuple[str, list[dict]]:
     # The setup cell is the same in every lab: its code folds away (its output, the mode line, stays).
     for cell in soup.select("div.jp-CodeCell.celltag_setup"):
         inputs = cell.select_one("div.jp-Cell-inputWrapper")
-        if inputs is None:
-            continue
+        if inputs is None or cell.select_one("div.jp-CodeCell.celltag_setup") is not None:
+            continue  # the template nests a cell's div in one that carries its tags too: fold it once
         details = soup.new_tag("details", attrs={"class": "lab-setup"})
         summary = soup.new_tag("summary")
         summary.string = "实验环境准备（每个实验相同：取仓库文件、补装包、选择 GPU 或 CPU 解释器；点开查看代码）"
@@ -142,6 +147,7 @@ def lab_page(html: str, why: str | None) -> tuple[str, list[dict]]:
     # Code and outputs scroll sideways on narrow screens; keyboard users must be able to focus them.
     for pre in soup.find_all("pre"):
         pre["tabindex"] = "0"
+    reader.lab_images(soup)  # plots get an alt text from the cell that drew them (tools/reader.py)
     return str(soup), tokens
 
 

@@ -4,7 +4,8 @@
 Prints one table: `make serve` to first page in a fresh clone, cold build time with every lab
 executed, cached rebuild after a one-page edit, search-index requests before search is used, the
 first query's wait and key-up to first search result in Chromium, bytes per page (median and max
-over every page, raw and gzip-compressed as GitHub Pages serves them) and the search index size.
+over every page, raw and gzip-compressed as GitHub Pages serves them), the search index size, and the
+smallest label of any diagram as rendered at a 1440 px desktop and a 390 px phone (tools/reader.py).
 Build and preview figures come with the CPU seconds their processes used (psutil, which ipykernel
 brings, for the preview's process tree): on a shared or loaded machine the wall time grows with the
 load while the CPU time hardly does, so the pair tells a slow design from a busy machine. It measures; it
@@ -31,7 +32,10 @@ from urllib.parse import urlparse
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET = {"preview: make serve to first page, fresh clone (s)": 60.0, "cached rebuild after a one-page edit (s)": 15.0,
           "search index requests before search is used": 0, "search: key-up to first result, median (ms)": 300.0,
-          "search: key-up to first result, max (ms)": 300.0, "page weight, gzip, median (KB)": 300.0}
+          "search: key-up to first result, max (ms)": 300.0, "page weight, gzip, median (KB)": 300.0,
+          "search: after a link to a second page, key-up to first result (ms)": 300.0}
+# figures where more is better: (name, the least acceptable value)
+FLOOR = {"diagrams: smallest label at 1440 px (px)": 11.0, "diagrams: smallest label at 390 px (px)": 11.0}
 QUERIES = ["量化", "共享内存", "FlashAttention", "ZeRO", "访存密集型", "张量并行", "红黑树", "向量加法",
            "PagedAttention", "syncthreads", "NCCL", "屋顶线模型"]
 
@@ -191,7 +195,7 @@ def _page_weights(browser, base: str, site: Path) -> list[tuple[str, int, int]]:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from tools import scale
+    from tools import reader, scale, searchbench
 
     parser = argparse.ArgumentParser(description="build, rebuild, preview, search and page-weight figures")
     parser.add_argument("--scale", action="store_true", help="measure a generated copy with --pages pages and --labs labs")
@@ -222,7 +226,10 @@ def main(argv: list[str] | None = None) -> int:
         pw, browser = _chromium()
         try:
             early, first, latencies = _search_latencies(browser, base)
+            # search on one page, follow a link, search again: the index is built once per visit (tools/searchbench.py)
+            visit = searchbench.ready_after_navigation(browser, base)
             weights = _page_weights(browser, base, site)
+            labels = reader.diagram_label_figures(browser, base, site)  # every diagram at both widths
         finally:
             browser.close()
             pw.stop()
@@ -243,6 +250,11 @@ def main(argv: list[str] | None = None) -> int:
             ("search: first query, focus to first result (ms)", f"{first:.0f}"),
             ("search: key-up to first result, median (ms)", f"{statistics.median(latencies):.0f}"),
             ("search: key-up to first result, max (ms)", f"{max(latencies):.0f}"),
+            ("search: after a link to a second page, key-up to first result (ms)",
+             f"{visit['after navigation (ms)']:.0f}" + ("" if visit["same document"] else "  (page reloaded)")),
+            *[(f"diagrams: smallest label at {w} px (px)",
+               f"{labels[w]['min']:.1f}  ({labels[w]['where']}; {labels[w]['under_11']} of {labels[w]['diagrams']} under 11 px)"
+               if labels[w]["min"] is not None else "no diagrams") for w in (1440, 390)],
             ("page weight, raw, median (KB)", f"{statistics.median(raw) / 1000:.0f}"),
             ("page weight, raw, max (KB)", f"{max(raw) / 1000:.0f}"),
             ("page weight, gzip, median (KB)", f"{statistics.median(gz) / 1000:.0f}"),
@@ -260,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
             verdict = ""
             if budget is not None:
                 verdict = f"<= {budget:g}: " + ("within" if float(value.split()[0]) <= budget else "OVER")
+            elif name in FLOOR and value[:1].isdigit():
+                verdict = f">= {FLOOR[name]:g}: " + ("within" if float(value.split()[0]) >= FLOOR[name] else "UNDER")
             print(f"{name:{width}s}  {value:>14s}  {verdict}")
         return 0
     finally:
