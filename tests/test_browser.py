@@ -35,7 +35,9 @@ def search(v: Visit, query: str, allow_none: bool = False) -> list[str]:
 # identifiers must come first; the rest within the top 3 results.
 SEARCHES = [
     ("量化", "algorithm/quantization/", 3),
-    ("共享内存", "operator/memory-hierarchy/", 5),
+    # shared memory is taught where it is used (the transpose and GEMM tilings, bank conflicts) and where the
+    # hierarchy is laid out; any of them is a right first answer
+    ("共享内存", ("operator/memory-hierarchy/", "operator/transpose/", "operator/gemm/"), 3),
     ("FlashAttention", "operator/flash-attention/", 3),
     ("ZeRO", "framework/zero-fsdp/", 1),
     ("__syncthreads", "operator/sort/", 3),
@@ -51,7 +53,7 @@ SEARCHES = [
     ("协程", "foundations/os/processes-threads/", 3),
     ("引用计数", "foundations/python/", 3),
     ("装饰器", "foundations/python/", 3),
-    ("流水线并行", "framework/", 3),
+    ("流水线并行", "framework/pipeline-parallel/", 1),
     ("缓存分配器", "runtime/memory-management/", 3),
     ("统一内存", "driver/host-device-memory/", 3),
     ("动态链接", "foundations/cpp/linking/", 1),
@@ -77,7 +79,7 @@ SEARCHES = [
     ("torch.compile", "compiler/", 3),
     ("Megatron", "framework/tensor-parallel/", 3),
     ("反向传播", "algorithm/backprop/", 3),
-    ("RoPE", "algorithm/positional-encoding/", 3),
+    ("RoPE", ("algorithm/positional-encoding/", "operator/llm-kernels/"), 3),  # the idea, or its kernel
     ("投机解码", "framework/speculative-decoding/", 3),
     ("多面体模型", "compiler/polyhedral/", 3),
     ("伪共享", "hardware/branch-false-sharing/", 3),
@@ -92,7 +94,8 @@ SEARCHES = [
 def test_search_finds_the_right_page(visit, query, expected, rank):
     v = visit()
     results = search(v, query)
-    assert expected in results[:rank], f"searching {query!r}: expected {expected} in the top {rank}, got {results[:5]}"
+    wanted = expected if isinstance(expected, tuple) else (expected,)
+    assert set(wanted) & set(results[:rank]), f"searching {query!r}: expected {expected} in the top {rank}, got {results[:5]}"
     assert not v.foreign() and not v.errors
 
 
