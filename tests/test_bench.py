@@ -81,3 +81,13 @@ def test_readme_gpu_check_counts_match_the_record():
     assert m, f"{page} no longer states the gpu-check count next to its record"
     assert (int(m[1]), int(m[2])) == (len(results), sum(r["ok"] for r in results))
     assert all(r.get("commit") for r in results), "every item of a merged record names the commit it ran at"
+
+
+def test_labs_missing_from_the_gpu_check_are_named_on_the_page():
+    """Every lab that the committed H200 gpu-check has not run is named where the record is described."""
+    record = json.loads((ROOT / "data" / "gpu-check" / "nvidia-h200.json").read_text(encoding="utf-8"))
+    ran = {r["item"] for r in record["results"]}
+    page = (ROOT / "docs" / "resources" / "gpu-records.md").read_text(encoding="utf-8")
+    missing = [labs.rel(p) for p in labs.iter_notebooks() if labs.rel(p) not in ran]
+    unnamed = [m for m in missing if f"`{m.rsplit('/', 1)[1].removesuffix('.ipynb')}`" not in page]
+    assert not unnamed, f"docs/resources/gpu-records.md does not say these labs have not run on the GPU: {unnamed}"
