@@ -14,9 +14,12 @@ from tools import diagrams, katex_static, labs
 
 
 def _without_labs(project: Path) -> None:
-    """Remove the project copy's labs, and point the canon entries that a lab covered at nothing (with a
-    reason), so the copy is consistent: the canon check rightly fails on a covering page that does not exist."""
+    """Remove the project copy's labs and the catalogue's lines about them, and point the canon entries that a
+    lab covered at nothing (with a reason), so the copy is consistent: the canon check rightly fails on a covering
+    page that does not exist."""
     shutil.rmtree(project / "notebooks")
+    # the lab catalogue's one-liners (tools/wayin.py) name labs too: a key for a missing lab fails the build
+    (project / "data" / "labs.yml").unlink(missing_ok=True)
     for canon in (project / "data" / "canon").glob("*.yml"):
         text = canon.read_text(encoding="utf-8")
         text = re.sub(r"^(\s*)covered_by: \S+\.ipynb\S*$",
