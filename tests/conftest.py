@@ -112,9 +112,11 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run", "--disable-quic"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
-    """One Chromium for the whole session (each test opens its own context)."""
+    """One Chromium per test module (each test opens its own context). Not per session: Playwright's sync API
+    runs an asyncio loop while it is started, so a later test's asyncio.run() or a second sync_playwright()
+    (the diagram renderer, the PDF tests) would fail with 'Sync API inside the asyncio loop'."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
