@@ -54,9 +54,9 @@ def page_pattern(torch, pages: int, device, page: int = 2 << 20, seed: int = 0):
 @triton.jit
 def chase_kernel(nxt_ptr, out_ptr, start, steps):
     """One program, one dependent load after another: the time per step is the load-to-use latency."""
-    idx = start
+    idx = start.to(tl.int64)                    # int64 either way: the page chase spans more than 2^31 elements
     for _ in range(steps):
-        idx = tl.load(nxt_ptr + idx)
+        idx = tl.load(nxt_ptr + idx).to(tl.int64)
     tl.store(out_ptr, idx)                      # the final index, so the loop cannot be removed
 
 
