@@ -5,8 +5,10 @@ by working-set size, next to the cache sizes the driver reports.
 Method (kernels in code/hardware/memory_probe.py):
 - latency: one thread follows a random single cycle through one slot per 128-byte line of the working
   set; the time per step is the slope between a chase of S and of 2S steps (launch cost cancels);
-- TLB: the same chase over one 128-byte line in each of P pages of 2 MiB (the footprint stays in L2),
-  for P = 1 … 8192; the latency steps up where P × 2 MiB passes a TLB's reach;
+  sets up to 128 MiB are walked once in full first, and each walk continues where the last stopped;
+- TLB: the same chase over one 128-byte line in each of P pages of 2 MiB, loading with .cg so every
+  step is served by L2 (the footprint, P lines, always fits there), for P = 1 … 8192; the latency
+  steps up above the L2 latency where P × 2 MiB passes a TLB's reach;
 - bandwidth: SMs × 4 programs each read the whole working set (fp32, 1024-element blocks), starting
   spread apart; bytes read / time, after a warm-up pass.
 Correctness first: each chase's final index is checked against the host walk of the same pattern for
@@ -51,16 +53,28 @@ def _time_ms(torch, fn, reps: int = 3) -> float:
     return best
 
 
-def _chase_ns(torch, mp, nxt, first: int, steps: int) -> float:
-    """ns per dependent load: slope between S and 2S steps, after a warm walk over the cycle."""
+def _chase_ns(torch, mp, nxt, first: int, steps: int, warm: int, skip_l1: bool = False) -> float:
+    """ns per dependent load: the slope between walks of S and 2S steps (launch cost cancels). `warm`
+    steps go first; every walk continues where the previous one stopped, so a walk over a set larger
+    than the caches keeps touching lines it has not touched recently."""
     out = torch.empty(1, dtype=nxt.dtype, device=nxt.device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    pos = first
 
     def walk(n):
-        return lambda: mp.chase_kernel[(1,)](nxt, out, first, n, num_warps=1)
+        nonlocal pos
+        start.record()
+        mp.chase_kernel[(1,)](nxt, out, pos, n, SKIP_L1=skip_l1, num_warps=1)
+        end.record()
+        end.synchronize()
+        pos = int(out.item())
+        return start.elapsed_time(end)
 
-    walk(min(steps * 2, 1 << 16))()           # warm: caches and TLBs as they will be
-    t1 = _time_ms(torch, walk(steps))
-    t2 = _time_ms(torch, walk(2 * steps))
+    walk(16)                                   # compile and load the kernel
+    if warm:
+        walk(warm)
+    t1 = min(walk(steps) for _ in range(3))
+    t2 = min(walk(2 * steps) for _ in range(3))
     return (t2 - t1) * 1e6 / steps
 
 
@@ -105,8 +119,10 @@ def run(torch) -> dict:
             want = mp.chase_reference(nxt.cpu().numpy(), 3000, first)
             if got != want:
                 raise RuntimeError(f"chase over {size} B ended on {got}, the host walk on {want}")
-        ns = _chase_ns(torch, mp, nxt, first, STEPS)
-        latency.append({"bytes": size, "ns": round(ns, 2), "sm_clock_mhz": _sm_clock(torch)})
+        slots = size // mp.LINE
+        warm = slots if slots <= 1 << 20 else 0     # up to 128 MiB: one full cycle first, so what fits is cached
+        ns = _chase_ns(torch, mp, nxt, first, STEPS, warm)
+        latency.append({"bytes": size, "ns": round(ns, 2), "warm_steps": warm, "sm_clock_mhz": _sm_clock(torch)})
         del nxt
         torch.cuda.empty_cache()
 
@@ -118,7 +134,7 @@ def run(torch) -> dict:
             want = mp.chase_reference(nxt.cpu().numpy(), 500, first)
             if got != want:
                 raise RuntimeError(f"page chase over {pages} pages ended on {got}, the host walk on {want}")
-        ns = _chase_ns(torch, mp, nxt, first, 1 << 13)
+        ns = _chase_ns(torch, mp, nxt, first, 1 << 13, warm=pages, skip_l1=True)
         tlb.append({"pages": pages, "span_bytes": pages * 2 * MiB, "ns": round(ns, 2)})
         del nxt
         torch.cuda.empty_cache()

@@ -52,11 +52,15 @@ def page_pattern(torch, pages: int, device, page: int = 2 << 20, seed: int = 0):
 
 # --8<-- [start:kernels]
 @triton.jit
-def chase_kernel(nxt_ptr, out_ptr, start, steps):
-    """One program, one dependent load after another: the time per step is the load-to-use latency."""
+def chase_kernel(nxt_ptr, out_ptr, start, steps, SKIP_L1: tl.constexpr):
+    """One program, one dependent load after another: the time per step is the load-to-use latency.
+    SKIP_L1 loads with .cg (cache in L2 only), so every step pays at least the L2 latency."""
     idx = start.to(tl.int64)                    # int64 either way: the page chase spans more than 2^31 elements
     for _ in range(steps):
-        idx = tl.load(nxt_ptr + idx).to(tl.int64)
+        if SKIP_L1:
+            idx = tl.load(nxt_ptr + idx, cache_modifier=".cg").to(tl.int64)
+        else:
+            idx = tl.load(nxt_ptr + idx).to(tl.int64)
     tl.store(out_ptr, idx)                      # the final index, so the loop cannot be removed
 
 
@@ -78,10 +82,10 @@ def read_kernel(x_ptr, out_ptr, n, reps, spread, BLOCK: tl.constexpr):
 # --8<-- [end:kernels]
 
 
-def chase(torch, nxt, steps: int, start: int = 0) -> int:
+def chase(torch, nxt, steps: int, start: int = 0, skip_l1: bool = False) -> int:
     """Run the chase on nxt's device and return the index it ends on."""
     out = torch.empty(1, dtype=nxt.dtype, device=nxt.device)
-    chase_kernel[(1,)](nxt, out, start, steps, num_warps=1)
+    chase_kernel[(1,)](nxt, out, start, steps, SKIP_L1=skip_l1, num_warps=1)
     return int(out.item())
 
 
