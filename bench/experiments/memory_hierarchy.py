@@ -28,7 +28,7 @@ USED_BY = ["docs/hardware/memory.md", "notebooks/hardware/memory-hierarchy-lab.i
 ROOT = Path(__file__).resolve().parents[2]
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 LAT_SIZES = [4 * KiB << k for k in range(21)]                      # 4 KiB … 4 GiB
-TLB_PAGES = [1 << k for k in range(14)]                            # 1 … 8192 pages of 2 MiB
+TLB_PAGES = [1 << k for k in range(16)]                            # 1 … 32768 pages of 2 MiB (64 GiB)
 BW_SIZES = [16 * KiB, 64 * KiB, 128 * KiB, 192 * KiB, 256 * KiB, 512 * KiB, 1 * MiB, 4 * MiB, 16 * MiB,
             32 * MiB, 48 * MiB, 64 * MiB, 128 * MiB, 256 * MiB, 1 * GiB]
 STEPS = 1 << 14
