@@ -128,17 +128,17 @@ def _fmt(x: float) -> str:
 def test_pages_reference_records_and_say_what_was_not_lent():
     for name, page in PAGES.items():
         text = page.read_text(encoding="utf-8")
-        assert "data/records/nvidia-h200-x2/" in text and "data/records/nvidia-h200-x1/" in text, name
-        assert "4 卡和 8 卡没有测" in text, name
+        assert "data/records/nvidia-h200-x1/" in text and "nvidia-h200-x2/" in text and "nvidia-h200-x4/" in text, name
+        assert "8 卡没有测" in text, name
     lab = "".join("".join(c["source"]) for c in _load(LAB)["cells"])
-    assert 'data/records/nvidia-h200-x{n}/collectives.json' in lab
-    assert "4 卡和 8 卡没有测" in lab
+    assert 'data/records/nvidia-h200-x{n}/collectives.json' in lab and "(1, 2, 4)" in lab
+    assert "8 卡没有测" in lab
 
 
 def test_collectives_page_tables_equal_record():
     rec = _load(RECORDS / "nvidia-h200-x2" / "collectives.json")
     text = PAGES["collectives"].read_text(encoding="utf-8")
-    section = text.split("## H200 实测：两卡 NVLink 上的集合通信", 1)[1].split("\n## ", 1)[0]
+    section = text.split("## H200 实测：两卡 NVLink 上的集合通信", 1)[1].split("\n## ", 1)[0].split("\n### 四卡", 1)[0]
     default = next(run for run in rec["runs"] if run["algo"] is None)
     rows = [line for line in section.splitlines() if line.startswith("| ")]
     header = rows[0].split("|")[2:-1]
@@ -181,23 +181,33 @@ def test_collectives_page_tables_equal_record():
 
 
 def test_framework_pages_quote_scaling_record():
-    rec = _load(RECORDS / "nvidia-h200-x2" / "scaling.json")
-    base = rec["baseline"]
-    by = {r["mode"]: r for r in rec["results"]}
+    """The DDP, FSDP2 and TP pages state the 1/2/4-GPU run through record tokens: once expanded, every step time,
+    tokens/s, efficiency and peak memory of the records is on the page, and the profiler's share is quoted only
+    to say why it is not used (it exceeds 1 somewhere)."""
+    from tools import measured
+
+    recs = {n: _load(RECORDS / f"nvidia-h200-x{n}" / "scaling.json") for n in (2, 4)}
+    base = recs[4]["baseline"]
+    assert base == recs[2]["baseline"]  # one run measured 1, 2 and 4 GPUs: the same single-GPU baseline
 
     def quoted(r):
         return [f"{r['step_s'] * 1e3:.2f} ms", f"{r['tokens_per_s']:,.0f}", f"{r['max_memory_bytes'] / 1e9:.2f} GB"]
 
     for key, modes in {"dp": ["ddp"], "fsdp": ["ddp", "fsdp"], "tp": ["tp"]}.items():
-        text = PAGES[key].read_text(encoding="utf-8")
-        for s in quoted(base) + [x for m in modes for x in quoted(by[m])]:
-            assert s in text, (key, s)
-        for m in modes:
-            assert f"{100 * by[m]['scaling_efficiency']:.1f}%" in text, (key, m)
-        assert "python -m bench.scaling --gpus 1,2" in text
-    dp = PAGES["dp"].read_text(encoding="utf-8")
-    assert f"{by['ddp']['step_no_sync_s'] * 1e3:.2f} ms" in dp
-    assert f"{100 * by['ddp']['exposed_comm_share']:.1f}\\%" in dp
-    for key, mode in (("fsdp", "fsdp"), ("tp", "tp")):  # the profiler's share is quoted only to say why it is not used
-        assert f"{by[mode]['comm_share']:.2f}" in PAGES[key].read_text(encoding="utf-8")
-        assert by[mode]["comm_share"] > 1
+        raw = PAGES[key].read_text(encoding="utf-8")
+        text = measured.expand(raw, PAGES[key].name)
+        assert "python -m bench.scaling --gpus 1,2,4" in raw
+        for n, rec in recs.items():
+            by = {r["mode"]: r for r in rec["results"]}
+            for s in quoted(base) + [x for m in modes for x in quoted(by[m])]:
+                assert s in text, (key, n, s)
+            for m in modes:
+                assert f"{100 * by[m]['scaling_efficiency']:.1f}%" in text, (key, n, m)
+        if key == "dp":
+            for rec in recs.values():
+                ddp = next(r for r in rec["results"] if r["mode"] == "ddp")
+                assert f"{ddp['step_no_sync_s'] * 1e3:.2f} ms" in text
+                assert f"{100 * ddp['exposed_comm_share']:.1f}%" in text
+        else:
+            shares = [next(r for r in rec["results"] if r["mode"] == key)["comm_share"] for rec in recs.values()]
+            assert all(f"{c:.2f}" in text for c in shares) and max(shares) > 1
