@@ -225,7 +225,9 @@ def build_index(docs, n):
 
 def is_contaminated(item, index, n):
     """'Dirty' if any n-gram of the test item occurs in the corpus; an item shorter than n words is
-    checked as a whole (GPT-3 §4 / Appendix C)."""
+    matched as a prefix of some corpus n-gram, a crude whole-item check of our own. (GPT-3's Appendix C
+    instead picks N per dataset, the 5th percentile of item length clamped to 8..13 words, and skips
+    items shorter than 8 words.)"""
     w = words(item)
     if len(w) < n:
         return any(tuple(w) == g[:len(w)] for g in index)   # crude whole-item check against n-gram starts
@@ -349,7 +351,7 @@ def task_mixture(tasks, seed=42):
 # --8<-- [start:engine]
 def use_calculator(expr):
     """nanochat engine.use_calculator, arithmetic branch: digits and + - * / . ( ) only, no '**'
-    (9**9**9 would never finish), evaluated with no builtins; None on anything else or an error.
+    (9**9**9 has about 370 million digits), evaluated with no builtins; None on anything else or an error.
     (nanochat also allows str.count and wraps eval in a 3 s SIGALRM timeout.)"""
     expr = expr.replace(",", "")
     if not expr or not all(ch in "0123456789*+-/.() " for ch in expr) or "**" in expr:
