@@ -70,3 +70,19 @@ def test_adaln_zero_block_starts_as_identity_and_has_18_d2_params():
     with torch.no_grad():                                             # once the gate moves, the block acts
         blk.ada[1].bias.fill_(0.1)
     assert not torch.allclose(blk(x, c), x)
+
+
+def test_dit_xl2_total_parameters_are_the_quoted_675m():
+    # DiT-XL/2 (facebookresearch/DiT models.py): 28 blocks of width 1152 with 16 heads, patch 2 on a 32x32x4
+    # latent, a learned sigma doubles the output channels, 1000 classes plus one null class for guidance,
+    # a 256-dim sinusoidal timestep embedding through a 2-layer MLP, fixed (non-trainable) position embeddings
+    d, depth, p, c_in = 1152, 28, 2, 4
+    with torch.device("meta"):
+        block = sum(q.numel() for q in M.AdaLNZeroBlock(d, heads=16).parameters())
+    assert depth * 18 * d * d == 668_860_416                          # the 18 d^2 estimate on the page
+    x_embed = p * p * c_in * d + d
+    t_embed = (256 * d + d) + (d * d + d)
+    y_embed = 1001 * d
+    final = (d * 2 * d + 2 * d) + (d * p * p * 2 * c_in + p * p * 2 * c_in)
+    total = depth * block + x_embed + t_embed + y_embed + final
+    assert total == 674_834_720 and round(total / 1e6) == 675
