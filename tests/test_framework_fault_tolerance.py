@@ -1,11 +1,12 @@
 """code/framework/fault_tolerance.py (docs/framework/fault-tolerance.md): the Llama 3 failure table, the
 job-MTBF and lost-work closed forms against Monte Carlo, the Monte Carlo checkpoint-interval optimum
-against Young/Daly, the hang diagnosis (synthetic records, then a real 2-rank gloo hang with the flight
-recorder), the elastic supervisor (a killed node, a restart on fewer ranks), and the torchft-style
-in-job recovery."""
+against Young/Daly, the hang diagnosis on synthetic records, the supervisor's rendezvous check, and the
+torchft-style in-job recovery. The multi-process paths (the gloo hangs located by the collective log and by
+the flight recorder on 3 ranks, the elastic restart from 3 to 2 ranks with a bit-identical result) are run
+and asserted by notebooks/framework/fault-tolerance-lab.ipynb, which CI executes twice; they are not
+repeated here because each spawned rank costs about 2 s of CPU."""
 from __future__ import annotations
 
-import json
 import math
 import multiprocessing
 import sys
@@ -20,7 +21,6 @@ sys.path.insert(0, str(ROOT / "code" / "framework"))
 sys.path.insert(0, str(ROOT / "code" / "runtime"))
 import checkpoint_sim as cs  # noqa: E402
 import checkpointing as ck  # noqa: E402
-import dist_launch  # noqa: E402
 import fault_tolerance as ft  # noqa: E402
 
 
@@ -29,8 +29,11 @@ def test_llama3_table5_adds_up():
     assert sum(p for _, cat, _, p in ft.LLAMA3_TABLE5 if cat == "GPU") == pytest.approx(58.7, abs=0.05)
     hbm = [c for name, _, c, _ in ft.LLAMA3_TABLE5 if name == "GPU HBM3 Memory"]
     assert hbm == [72]
-    # the printed percentages are not count / 419 (148 / 419 = 35.3 %, printed 30.1 %): quote both
-    assert 148 / 419 == pytest.approx(0.353, abs=1e-3)
+    # every printed percentage is count / 419 except Faulty GPU (148 / 419 = 35.3 %, printed 30.1 %), so the
+    # printed column adds up to 94.9 % and the text's 58.7 % for GPU issues is 268 / 419 = 64 % by count
+    off = [(name, c, p) for name, _, c, p in ft.LLAMA3_TABLE5 if round(100 * c / 419, 1) != p]
+    assert off == [("Faulty GPU", 148, 30.1)] and round(100 * 148 / 419, 1) == 35.3
+    assert round(sum(p for *_, p in ft.LLAMA3_TABLE5), 1) == 94.9
     assert ft.LLAMA3_DAYS * 24 / 419 == pytest.approx(3.093, abs=1e-3)
     gpu_count = sum(c for _, cat, c, _ in ft.LLAMA3_TABLE5 if cat == "GPU")
     assert (gpu_count, round(100 * gpu_count / 419)) == (268, 64)          # "268/419, about 64 %" on the page
@@ -91,34 +94,10 @@ def test_diagnose_names_the_rank_behind_and_the_rank_on_another_branch():
     assert ft.diagnose({0: rec(3, "all_reduce"), 1: rec(3, "all_reduce")}) == {}
 
 
-def test_gloo_hang_is_bounded_and_located(tmp_path, monkeypatch):
-    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "32")
-    out = dist_launch.launch(ft.worker_hang, 2, str(tmp_path), 1, 1.0, timeout=60)
-    for scenario, kind in (("desync", "desync"), ("stuck", "behind")):
-        files = {r: json.loads((tmp_path / f"{scenario}-rank{r}.json").read_text()) for r in range(2)}
-        # with two ranks there is no majority: the diagnosis compares against rank 0's view
-        assert out[0][scenario]["error"] == "timed out"
-        assert out[0][scenario]["waited_s"] >= 0.9
-        if kind == "behind":
-            assert list(ft.diagnose(files)) == [1]
-            assert list(ft.diagnose({r: out[r][scenario]["flight_recorder"] for r in range(2)})) == [1]
-        else:
-            assert files[0]["seq"] == files[1]["seq"] and files[0]["op"] != files[1]["op"]
-            fr = [out[r][scenario]["flight_recorder"] for r in range(2)]
-            assert fr[0]["seq"] == fr[1]["seq"] and (fr[0]["op"], fr[1]["op"]) == ("gloo:all_reduce", "gloo:broadcast")
-
-
-def test_elastic_supervisor_restarts_on_fewer_nodes(tmp_path):
-    final, events = ft.elastic_launch(ft.elastic_probe, ["n0", "n1"], str(tmp_path), min_nodes=1, max_restarts=1)
-    assert [e["event"] for e in events] == ["rendezvous", "failed", "rendezvous", "succeeded"]
-    assert events[1]["lost"] == ["n1"] and events[2]["ranks"] == {"n0": 0}
-    assert final == [{"rank": 0, "world": 1, "attempt": 1}]
-    assert not multiprocessing.active_children()                         # no process left behind
-
-
 def test_elastic_supervisor_refuses_too_few_nodes(tmp_path):
     with pytest.raises(RuntimeError, match="rendezvous failed"):       # checked before anything is spawned
-        ft.elastic_launch(ft.elastic_probe, ["n0"], str(tmp_path), min_nodes=2, max_restarts=3)
+        ft.elastic_launch(ft.elastic_worker, ["n0"], str(tmp_path), 3, 3, ("n0", 2), min_nodes=2, max_restarts=3)
+    assert not multiprocessing.active_children()
 
 
 def test_torchft_style_recovery():
