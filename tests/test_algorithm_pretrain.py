@@ -128,12 +128,22 @@ def test_tied_gradient_is_the_sum_of_the_untied_ones():
 
 
 def test_softcap_qknorm_and_parameter_free_rmsnorm():
-    z = torch.linspace(-1000, 1000, 2001)
-    c = 15.0
-    capped = c * torch.tanh(z / c)
-    assert capped.abs().max() <= c and torch.allclose(capped[999:1002], z[999:1002], atol=2e-3)  # ~z - z^3/(3c^2)
-    grad = 1 - torch.tanh(z / c) ** 2
-    assert grad.max() == 1 and grad[0] < 1e-6                            # identity near 0, flat far out
+    # the model's soft cap against the same weights without it: c * tanh(z / c), bounded by c,
+    # and within z^3 / (3 c^2) of the identity (the first term of the Taylor series) for small z
+    torch.manual_seed(0)
+    raw_m = P.GPT(P.GPTConfig(**{**TINY.__dict__, "softcap": None}))
+    cap_m = P.GPT(TINY)
+    cap_m.load_state_dict(raw_m.state_dict())
+    x = torch.randint(TINY.vocab_size, (2, 16))
+    with torch.no_grad():
+        for m in (raw_m, cap_m):
+            m.lm_head.weight.mul_(200)
+        raw, capped = raw_m(x), cap_m(x)
+    c = TINY.softcap
+    assert raw.abs().max() > 3 * c and capped.abs().max() <= c
+    assert torch.allclose(capped, c * torch.tanh(raw / c), atol=1e-5)
+    small = raw.abs() < 1
+    assert small.sum() > 10 and ((capped - raw).abs() <= raw.abs() ** 3 / (3 * c * c) + 1e-5)[small].all()
     torch.manual_seed(0)
     for qk_norm in (False, True):
         m = P.GPT(P.GPTConfig(**{**TINY.__dict__, "qk_norm": qk_norm}))
@@ -195,6 +205,24 @@ def test_bpb_is_tokenizer_independent_for_the_source(corpus):
     # the same total nats: per-token loss differs by the compression ratio, bits per byte does not
     assert nats / n_bpe > 2 * nats / n_byte
     assert P.entropy_floor_bpb(docs) == pytest.approx(nats / (math.log(2) * nbytes))
+
+
+def test_bpb_counts_only_real_byte_targets():
+    # evaluate_bpb against log_softmax by hand: BOS targets (0 bytes) and ignored targets (-1) drop out
+    torch.manual_seed(0)
+    m = P.GPT(TINY).eval()
+    x = torch.randint(1, TINY.vocab_size, (2, 16))
+    y = torch.randint(1, TINY.vocab_size, (2, 16))
+    y[0, :5], y[1, 3] = -1, 0
+    tb = torch.randint(1, 5, (TINY.vocab_size,))
+    tb[0] = 0
+    got = P.evaluate_bpb(m, [(x, y)], tb)
+    with torch.no_grad():
+        logp = torch.log_softmax(m(x), -1)
+    keep = y > 0
+    nll = -logp[keep].gather(1, y[keep][:, None]).squeeze(1)
+    assert got["bpb"] == pytest.approx(float(nll.sum()) / (math.log(2) * int(tb[y[keep]].sum())), rel=1e-5)
+    assert got["loss"] == pytest.approx(float(nll.mean()), rel=1e-5)
 
 
 def test_short_run_learns_and_resumes_identically(corpus):

@@ -36,20 +36,21 @@ if SMOKE:
     B, STEPS, WARMUP, LR, EVAL_EVERY = 4, 12, 3, 3e-3, 6
 else:
     LANG = dict(n_words=2048, k=8)
-    DOCS, VAL_DOCS, VOCAB = 100_000, 4_000, 4096
+    DOCS, VAL_DOCS, VOCAB = 300_000, 4_000, 4096   # ~18M training tokens: the 500 steps (16M tokens) stay under one epoch
     MODEL = dict(seq_len=1024, n_layer=12, n_head=6, d_model=768)
     B, STEPS, WARMUP, LR, EVAL_EVERY = 32, 500, 50, 1.5e-3, 100
 DECAY = 0.3
 
 
 def _corpus(pretrain, workers: int):
-    """Documents in chunks with their own seeds (in parallel on the host's cores), one BPE trained on
-    the training documents, every document encoded."""
+    """Documents in chunks of a fixed size with their own seeds (in parallel on the host's cores; the chunk
+    size does not depend on the core count, so every host builds the same corpus), one BPE trained on the
+    training documents, every document encoded."""
     import bpe
 
     lang = pretrain.make_language(seed=0, **LANG)
-    chunk = max(1, DOCS // max(1, workers * 4))
-    seeds = list(range(1, DOCS // chunk + 1))
+    chunk = min(1000, DOCS)
+    seeds = list(range(1, -(-DOCS // chunk) + 1))
     if workers > 1:
         from concurrent.futures import ProcessPoolExecutor
 
@@ -57,7 +58,7 @@ def _corpus(pretrain, workers: int):
             parts = list(pool.map(pretrain.sample_docs, [lang] * len(seeds), [chunk] * len(seeds), seeds))
     else:
         parts = [pretrain.sample_docs(lang, chunk, s) for s in seeds]
-    docs = [d for p in parts for d in p]
+    docs = [d for p in parts for d in p][:DOCS]
     texts = [t for t, _ in docs]
     vocab, merges = bpe.train(texts[VAL_DOCS:VAL_DOCS + 20_000], VOCAB, special_tokens=["<|bos|>"])
     enc = bpe.ByteBPE(vocab, merges, special_tokens=["<|bos|>"])

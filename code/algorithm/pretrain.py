@@ -319,7 +319,7 @@ class GPT(nn.Module):
             logits = self.cfg.softcap * torch.tanh(logits / self.cfg.softcap)
         if targets is None:
             return logits
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), reduction=reduction)
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1, reduction=reduction)
 
     def flops_per_token(self) -> int:
         """Training FLOPs per token (nanochat's estimate_flops, PaLM appendix B): 6 per weight of every
@@ -380,11 +380,13 @@ def token_byte_lengths(vocab, special_ids) -> torch.Tensor:
 @torch.no_grad()
 def evaluate_bpb(model, batches, token_bytes) -> dict:
     """Sum of the loss over the targets that are real bytes, divided by ln 2 times their bytes
-    (nanochat/loss_eval.py evaluate_bpb). Also returns the mean loss per counted token."""
+    (nanochat/loss_eval.py evaluate_bpb): special tokens (0 bytes) and ignored targets (-1) are not
+    counted. Also returns the mean loss per counted token."""
     nats, nbytes, ntok = 0.0, 0, 0
     for x, y in batches:
         loss = model(x, y, reduction="none").view(-1)
-        b = token_bytes[y.reshape(-1)]
+        y = y.reshape(-1)
+        b = torch.where(y >= 0, token_bytes[y.clamp(min=0)], torch.zeros_like(y))
         nats += float((loss * (b > 0)).sum())
         nbytes += int(b.sum())
         ntok += int((b > 0).sum())
