@@ -94,7 +94,8 @@ class EngineCore:
 
         Prefill, chunked prefill and decode are one rule: compute num_tokens - num_computed tokens,
         at most what the budget has left. A request that will stop by length is not scheduled again
-        (its stop is predictable); one that will stop at EOS cannot be known before its token is read.
+        (its stop is predictable; vLLM's scheduler skips it the same way, SGLang's overlap loop does not);
+        one that will stop at EOS cannot be known before its token is read.
         """
         budget, plan = self.budget, {}
         for r in self.running:
