@@ -2,8 +2,10 @@
 
 docs/driver/driver-api.md embeds parts of this file; tests/test_driver_ops.py checks it.
 The stack is local memory: the driver must back the per-thread stack of every thread that can be
-resident at once, so the reservation is stack bytes x resident threads per SM x SMs. The defaults of
-the printf FIFO and the device malloc heap are those of the CUDA C++ Programming Guide (1 MiB, 8 MiB).
+resident at once, so the reservation is stack bytes x resident threads per SM x SMs (a model: the driver
+reference does not state it; code/driver/launch_ex.cu checks it on a GPU). The 8 MiB heap default is the
+CUDA C++ Programming Guide's; the stack and printf FIFO defaults are what cuCtxGetLimit reports
+(launch_ex.cu prints all three).
 """
 from __future__ import annotations
 

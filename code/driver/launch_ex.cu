@@ -1,8 +1,9 @@
 // nvcc-arch: sm_90
 // 经运行时取得驱动入口点（cudaGetDriverEntryPointByVersion，不链接 -lcuda），再用它们：
-//   1. cuCtxSetLimit 调大每线程栈，看 cuMemGetInfo 的空闲显存少了多少（与 栈 × 2048 × SM 数 对照）；
+//   1. cuCtxSetLimit 调大每线程栈，看 cuMemGetInfo 的空闲显存少了多少（与 栈 × 每 SM 驻留线程数 × SM 数 对照，
+//      偏出 0.5～2 倍即 FAIL），并打印三项限制的默认值；
 //   2. cuLaunchKernelEx 带“簇维度”启动属性启动一个 kernel，kernel 读回自己所在簇的大小。
-// 本机只编译（tests/test_cuda_sources.py），GPU 上由 make gpu-check 运行，打印 PASS。
+// 本机只编译（tests/test_cuda_sources.py），GPU 上由 make gpu-check 运行，两项检查都成立才打印 PASS。
 //   nvcc -O3 -arch=sm_90 -o launch_ex code/driver/launch_ex.cu && ./launch_ex
 #include <cstdio>
 #include <cstdlib>
@@ -69,6 +70,10 @@ int main() {
   std::printf("stack %zu -> %zu B/thread; free memory dropped %.1f MiB (model: %.1f MiB)\n",
               stack0, stack1, (double(free0) - double(free1)) / (1 << 20), model_mib);
   // --8<-- [end:limit]
+  size_t fifo = 0, heap = 0;  // 另外两块预留的默认大小（参考文档只写了堆的 8 MiB）
+  CHECK_DRV(ctxGetLimit(&fifo, CU_LIMIT_PRINTF_FIFO_SIZE));
+  CHECK_DRV(ctxGetLimit(&heap, CU_LIMIT_MALLOC_HEAP_SIZE));
+  std::printf("defaults: stack %zu B/thread, printf FIFO %zu B, malloc heap %zu B\n", stack0, fifo, heap);
 
   // --8<-- [start:launch]
   const unsigned blocks = 8, cluster = 2;
