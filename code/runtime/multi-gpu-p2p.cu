@@ -94,10 +94,23 @@ int main() {
   int dev_of_s0 = -1;
   CHECK(cudaStreamGetDevice(s0, &dev_of_s0));
   expect(dev_of_s0 == 0, "a stream belongs to the device that was current when it was created");
-  fill<<<1, 32, 0, s0>>>(nullptr, 0, 0.f);  // 当前设备是 1，却发到设备 0 的流
+  float* probe0 = nullptr;  // 设备 0 上的一个数，用来看 kernel 到底在哪里运行
+  CHECK(cudaSetDevice(0));
+  CHECK(cudaMalloc(&probe0, sizeof(float)));
+  CHECK(cudaMemset(probe0, 0, sizeof(float)));
+  CHECK(cudaSetDevice(1));
+  fill<<<1, 32, 0, s0>>>(probe0, 1, 7.f);  // 当前设备是 1，却发到设备 0 的流
   cudaError_t wrong = cudaGetLastError();
   std::printf("kernel into device 0's stream while device 1 is current: %s\n", cudaGetErrorName(wrong));
-  expect(wrong != cudaSuccess, "a kernel launch into another device's stream fails");
+  if (wrong == cudaSuccess) {  // 编程指南说这会失败；较新的驱动接受它，kernel 按流所属的设备运行
+    float got = 0.f;
+    CHECK(cudaStreamSynchronize(s0));
+    CHECK(cudaMemcpy(&got, probe0, sizeof(float), cudaMemcpyDeviceToHost));
+    expect(got == 7.f, "an accepted launch into device 0's stream runs on device 0");
+  }
+  CHECK(cudaSetDevice(0));
+  CHECK(cudaFree(probe0));
+  CHECK(cudaSetDevice(1));
   // --8<-- [end:binding]
 
   // --8<-- [start:peer]
