@@ -9,21 +9,15 @@ Hoefler et al. 2025 (UE 1.0), NVIDIA's GTC 2025 photonics figures, the CXL Conso
 """
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, load_listing
 
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "code" / "hardware" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_listing(ROOT / "code" / "hardware" / f"{name}.py", name)
 
 
 F = _load("fabrics")

@@ -2,22 +2,16 @@
 hand-computed cases; docs/hardware/power-cost.md quotes what the code computes."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, load_listing
 
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "code" / "hardware" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_listing(ROOT / "code" / "hardware" / f"{name}.py", name)
 
 
 T, A = _load("tco"), _load("accel")
