@@ -49,7 +49,7 @@ int main() {
   CHECK(cudaDeviceGetAttribute(&tex_align, cudaDevAttrTextureAlignment, dev));
 
   // --8<-- [start:pitch2d]
-  const int W = 1000, H = 37;  // 每行 4000 字节，不是对齐单位的倍数
+  const int W = 1001, H = 37;  // 每行 4004 字节：4004 mod 32 = 4，紧密排列时 7/8 的行首不在 32 字节边界上
   const size_t row_bytes = W * sizeof(float);
   float* d = nullptr;
   size_t pitch = 0;
