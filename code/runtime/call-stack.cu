@@ -1,6 +1,7 @@
 // 设备端调用栈（call stack）：递归和深调用链的栈帧放在每个线程的本地内存里，栈的大小由
 // cudaLimitStackSize 决定（默认 1 KiB 左右）。驱动按“栈大小 × 整卡最多驻留的线程数”预留本地内存，
-// 所以调大栈会立刻少掉一大块显存。这里把栈调到 16 KiB，用 cudaDeviceGetLimit 读回，再跑一个
+// 所以调大栈会立刻少掉一大块显存：少掉的是新旧两次预留之差（默认的 1 KiB 栈已经预留过），打印的模型值
+// 则是 16 KiB 栈的总预留。这里把栈调到 16 KiB，用 cudaDeviceGetLimit 读回，再跑一个
 // 递归 64 层（每层约 136 B 的栈帧，默认的 1 KiB 只够几层）、每层帧里有一个局部数组的 kernel，结果与主机上同一个递归逐位相同。
 // 见 docs/runtime/advanced-apis.md。
 //
@@ -53,7 +54,7 @@ int main() {
   CHECK(cudaDeviceSetLimit(cudaLimitStackSize, 16 * 1024));  // 每线程 16 KiB
   CHECK(cudaDeviceGetLimit(&after, cudaLimitStackSize));     // 驱动可能向上取整
   CHECK(cudaMemGetInfo(&free1, &total));
-  const double model = double(after) * threads_per_sm * sms / (1 << 20);  // 栈 × 整卡驻留线程数
+  const double model = double(after) * threads_per_sm * sms / (1 << 20);  // 栈 × 整卡驻留线程数（总预留，不是减少量）
   std::printf("stack %zu -> %zu B/thread; free memory fell by %.0f MiB (stack x %d threads/SM x %d SMs = %.0f MiB)\n",
               before, after, double(free0 - free1) / (1 << 20), threads_per_sm, sms, model);
   // --8<-- [end:limit]

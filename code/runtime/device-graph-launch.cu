@@ -1,11 +1,11 @@
 // nvcc-flags: -rdc=true -lcudadevrt
 // 设备端图启动（device graph launch）：调度 kernel 在 GPU 上读一个选择值，决定启动两张设备图中的哪一张，
 // 不回主机。设备图要用 cudaGraphInstantiateFlagDeviceLaunch 实例化并先 cudaGraphUpload；设备端只能
-// 启动进命名的流：cudaStreamGraphFireAndForget（子图立即开始，与父图并发，父图的执行环境等它完成）与
+// 启动进三个具名流之一，这里用到两个：cudaStreamGraphFireAndForget（子图立即开始，与父图并发，父图的执行环境等它完成）与
 // cudaStreamGraphTailLaunch（父图连同它的子图全部完成后才开始）。而且设备端启动只能发生在一张图里的
 // kernel 中，所以调度 kernel 本身也被捕获成一张（主机启动的）图。
 // 检查：sel = 0 时 x = (0 + 1) · 2，sel = 1 时 x = (0 + 100) · 2：乘 2 的尾启动图一定排在加法子图之后。
-// 需要 -rdc=true -lcudadevrt（设备端 cudaGraphLaunch 在设备运行时库里）。见 docs/runtime/advanced-apis.md。
+// 按 NVIDIA 示例的做法用 -rdc=true -lcudadevrt 编译（设备端 cudaGraphLaunch 在设备运行时库里）。见 docs/runtime/advanced-apis.md。
 //
 // 编译与运行：
 //   nvcc -O3 -arch=sm_90 -rdc=true -o device-graph-launch code/runtime/device-graph-launch.cu -lcudadevrt && ./device-graph-launch
