@@ -76,7 +76,11 @@ def test_preemption_by_recomputation(model):
     reqs = workload()
     eng = me.MiniEngine(model, num_blocks=14, block_size=BS, max_num_batched_tokens=64)  # 56 KV slots
     out = eng.run(reqs)
-    assert eng.stats["preemptions"] > 0 and eng.stats["recomputed_tokens"] > 0
+    assert eng.stats["preemptions"] > 0 and any(k > 0 for _, k in eng.preempted)  # preempted mid-decode
+    # rows really recomputed: more forward rows than the same workload without preemption (first test)
+    base = sum(len(r.prompt) + r.max_tokens - 1 for r in reqs)
+    assert eng.stats["forward_tokens"] > base - (SHARED // BS) * BS
+    assert eng.stats["forward_tokens"] == base + eng.stats["recomputed_tokens"] - eng.stats["prefix_hit_tokens"]
     for r in reqs:
         assert out[r.rid] == reference(model, r), r.rid
 
@@ -86,6 +90,7 @@ def test_chunked_prefill(model):
     eng = me.MiniEngine(model, num_blocks=96, block_size=BS, max_num_batched_tokens=6)
     out = eng.run(reqs)
     assert eng.stats["max_step_tokens"] <= 6 and eng.stats["mixed_steps"] > 0  # decode rows beside a chunk
+    assert eng.stats["partial_prefill_rows"] > 0  # rows of a prompt chunk that did not reach its end
     for r in reqs:
         assert out[r.rid] == reference(model, r), r.rid
 
@@ -93,27 +98,43 @@ def test_chunked_prefill(model):
 def test_seeded_sampling_and_mask(model):
     """Seeded rows reproduce generate(do_sample=True) after torch.manual_seed(seed), as in
     tests/test_framework_sampler.py; a masked greedy row equals generate with prefix_allowed_tokens_fn."""
-    reqs = workload()[:4]
+    reqs = workload()[:4]  # r1..r3 seeded, r0 masked greedy
     params = [SamplingParams(temperature=0.7, top_k=8, seed=11), SamplingParams(temperature=1.3, top_p=0.8, seed=12),
               SamplingParams(temperature=1.0, top_k=20, top_p=0.9, seed=13)]
-    for r, sp in zip(reqs, params):
+    for r, sp in zip(reqs[1:], params):
         r.params = sp
     even = torch.arange(V) % 2 == 0
-    reqs[3].allowed = lambda output: even
+    reqs[0].allowed = lambda output: even
     eng = me.MiniEngine(model, num_blocks=12, block_size=BS, max_num_batched_tokens=8)  # preempts, chunks
     out = eng.run(reqs)
-    assert eng.stats["preemptions"] > 0
-    for r, sp in zip(reqs, params):
+    seeded = {r.rid for r in reqs[1:]}
+    assert any(rid in seeded and k > 0 for rid, k in eng.preempted)  # a seeded stream crosses a preemption
+    assert eng.stats["partial_prefill_rows"] > 0
+    for r, sp in zip(reqs[1:], params):
         torch.manual_seed(sp.seed)
         p = torch.tensor([r.prompt])
         ref = model.generate(p, attention_mask=torch.ones_like(p), max_new_tokens=r.max_tokens, do_sample=True,
                              temperature=sp.temperature, top_k=sp.top_k, top_p=sp.top_p)
         assert out[r.rid] == ref[0, len(r.prompt):].tolist(), r.rid
-    r = reqs[3]
+    r = reqs[0]
     p = torch.tensor([r.prompt])
     ref = model.generate(p, attention_mask=torch.ones_like(p), max_new_tokens=r.max_tokens, do_sample=False,
                          prefix_allowed_tokens_fn=lambda b, ids: even.nonzero().flatten().tolist())
     assert out[r.rid] == ref[0, len(r.prompt):].tolist() and all(t % 2 == 0 for t in out[r.rid])
+
+
+def test_same_step_full_prefix_hit(model):
+    """Two identical block-aligned prompts admitted in one step: the second hits the blocks the first
+    registers when it is scheduled, capped at len - 1; its last token is recomputed reading the shared KV."""
+    g = torch.Generator().manual_seed(3)
+    prompt = torch.randint(1, V, (2 * BS,), generator=g).tolist()
+    reqs = [me.Request("a", prompt, 4), me.Request("b", list(prompt), 4)]
+    eng = me.MiniEngine(model, num_blocks=16, block_size=BS, max_num_batched_tokens=64)
+    out = eng.run(reqs)
+    assert eng.stats["prefix_hit_tokens"] == len(prompt) - 1
+    assert eng.stats["forward_tokens"] == len(prompt) + 1 + 2 * (4 - 1)
+    for r in reqs:
+        assert out[r.rid] == reference(model, r), r.rid
 
 
 def test_prefill_attention_matches_decode_kernel():

@@ -187,7 +187,8 @@ class MiniEngine:
         self.finished: dict[str, Request] = {}
         self.steps = 0
         self.stats = {"forward_tokens": 0, "prefix_hit_tokens": 0, "preemptions": 0, "recomputed_tokens": 0,
-                      "mixed_steps": 0, "max_step_tokens": 0}
+                      "mixed_steps": 0, "max_step_tokens": 0, "partial_prefill_rows": 0}
+        self.preempted: list[tuple[str, int]] = []  # (request, tokens it had generated when preempted)
 
     def add_request(self, r: Request) -> None:
         bs = self.kv.block_size
@@ -215,10 +216,12 @@ class MiniEngine:
                 self.stats["recomputed_tokens"] += victim.num_computed
                 victim.num_computed, preempted = 0, True
                 self.stats["preemptions"] += 1
+                self.preempted.append((victim.rid, len(victim.output)))
                 self.waiting.appendleft(victim)
                 continue
             n = min(len(r.tokens) - r.num_computed, budget)
             plan.append((r, n))
+            self.kv.commit(r.rid, r.num_computed + n)  # blocks this step fills: findable from now on
             budget -= n
             i += 1
         while not preempted and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
@@ -234,9 +237,8 @@ class MiniEngine:
             n = min(len(r.tokens) - r.num_computed, budget)
             self.running.append(r)
             plan.append((r, n))
+            self.kv.commit(r.rid, r.num_computed + n)  # a later admission in this same step may hit them
             budget -= n
-        for r, n in plan:  # blocks this step fills are findable now (same-step admissions may share them)
-            self.kv.commit(r.rid, r.num_computed + n)
         return plan
     # --8<-- [end:schedule]
 
@@ -260,6 +262,7 @@ class MiniEngine:
         done = []  # rows whose step reached the end of the sequence sample a token; a mid-prompt chunk does not
         for row, (r, n) in enumerate(plan):
             r.num_computed += n
+            self.stats["partial_prefill_rows"] += r.num_computed < len(r.tokens)
             if r.num_computed == len(r.tokens):
                 done.append((row, r))
         if not done:
