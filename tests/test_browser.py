@@ -64,7 +64,7 @@ SEARCHES = [
     ("TCP", "foundations/networking/", 3),
     ("GIL", "foundations/python/", 3),
     ("MIG", "driver/virtualization/", 1),
-    ("LoRA", "algorithm/training-stages/", 3),
+    ("LoRA", ("algorithm/training-stages/", "algorithm/hands-on-finetuning/"), 3),  # the idea, or doing it
     ("MLIR", "compiler/", 3),
     ("TVM", "compiler/tvm/", 1),
     ("wgmma", "operator/gemm/", 5),
