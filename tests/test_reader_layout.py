@@ -158,6 +158,9 @@ def test_a_diagram_opens_full_screen_zooms_and_closes(open_page, pages, width, p
     page.keyboard.press("0")  # fit
     page.keyboard.press("Escape")
     page.wait_for_selector("dialog.diagram-zoom[open]", state="detached")
+    # the dialog's close event (which moves the SVG back) is queued after `open` goes: wait for it, bounded
+    page.wait_for_function("n => document.querySelector('.diagram').querySelectorAll('svg[data-label-px]').length === n",
+                           arg=in_page, timeout=5_000)
     assert page.locator(".diagram").first.locator("svg[data-label-px]").count() == in_page, "the diagram did not return"
     assert page.locator("dialog.diagram-zoom svg").count() == 0
     # the keyboard way in: the corner button, then Enter; focus comes back to it on close
