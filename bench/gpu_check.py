@@ -112,6 +112,13 @@ def _arch_number(arch: str) -> int:
     return int(re.sub(r"\D", "", arch.split("_", 1)[-1]) or 0)
 
 
+def build_arch(path: Path, arch: str) -> str:
+    """The -arch to build a listing with on a GPU of architecture `arch`: the arch-specific target
+    (`sm_90a`: wgmma, setmaxnreg) when the listing's `// nvcc-arch:` line names it, else `arch` itself."""
+    specific = f"{arch}a"
+    return specific if specific in (cuda_archs(path) or []) else arch
+
+
 def run_cuda(path: Path, arch: str, timeout: int) -> dict:
     nvcc = shutil.which("nvcc")
     item = path.relative_to(ROOT).as_posix()
@@ -126,7 +133,7 @@ def run_cuda(path: Path, arch: str, timeout: int) -> dict:
     for extra in cuda_builds(path):
         with tempfile.TemporaryDirectory() as tmp:
             exe = Path(tmp) / "a.out"
-            build = subprocess.run([nvcc, "-O3", f"-arch={arch}", "-o", str(exe), str(path), *extra],
+            build = subprocess.run([nvcc, "-O3", f"-arch={build_arch(path, arch)}", "-o", str(exe), str(path), *extra],
                                    capture_output=True, text=True, timeout=timeout)
             if build.returncode != 0:
                 return {"item": item, "ok": False, "seconds": 0, "tail": build.stderr[-4000:]}

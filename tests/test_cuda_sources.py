@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from bench.gpu_check import cuda_archs, cuda_builds
+from bench.gpu_check import build_arch, cuda_archs, cuda_builds
 from conftest import ROOT
 
 SOURCES = sorted((ROOT / "code").rglob("*.cu"))
@@ -25,6 +25,7 @@ NVCC = shutil.which("nvcc")
 @pytest.mark.parametrize("source,extra", BUILDS,
                          ids=[src.relative_to(ROOT).as_posix() + "".join(f" {o}" for o in extra) for src, extra in BUILDS])
 def test_cuda_listing_compiles(source, extra, arch, tmp_path):
+    arch = build_arch(source, arch)  # sm_90 → sm_90a for a listing that needs the arch-specific target
     if cuda_archs(source) is not None and arch not in cuda_archs(source):
         pytest.skip(f"{source.name} needs {' '.join(cuda_archs(source))} (its `// nvcc-arch:` line)")
     out = subprocess.run([NVCC, "-O3", f"-arch={arch}", "-Werror", "all-warnings", "-o", str(tmp_path / "a.out"), str(source),
@@ -53,6 +54,11 @@ def test_nvcc_arch_line(tmp_path):
     assert cuda_archs(plain) is None
     needs_hopper = [p.name for p in SOURCES if cuda_archs(p) == ["sm_90"]]
     assert {"cluster-dsmem.cu", "mbarrier-pipeline.cu"} <= set(needs_hopper)
+    # wgmma and setmaxnreg exist only on the arch-specific target: such a listing is built with -arch=sm_90a
+    specific = tmp_path / "z.cu"
+    specific.write_text("// nvcc-arch: sm_90a\n#include <cstdio>\n", encoding="utf-8")
+    assert build_arch(specific, "sm_90") == "sm_90a" and build_arch(src, "sm_90") == "sm_90"
+    assert build_arch(ROOT / "code" / "operator" / "hopper-gemm.cu", "sm_90") == "sm_90a"
 
 
 def test_cuda_listings_exist_and_are_embedded():

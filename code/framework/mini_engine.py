@@ -4,8 +4,9 @@ Real model arithmetic (a Llama-style decoder whose weights are read from a `tran
 own paged KV cache (block tables and chained-hash prefix caching from block_manager.py), a token-budget
 scheduler with chunked prefill and preemption by recomputation (the rules of vLLM V1's scheduler), paged
 attention over block tables, the batched sampler of sampler.py and an optional per-request token mask
-(the hook structured output uses). CPU and torch only; tests/test_framework_mini_engine.py asserts that
-every request gets exactly the tokens `generate()` gives it when it runs alone.
+(the hook structured output uses). Torch only; CPU by default, or on a GPU with `device=` (the sampler stays on
+the CPU). tests/test_framework_mini_engine.py asserts that every request gets exactly the tokens `generate()`
+gives it when it runs alone; bench/experiments/mini_engine.py measures it on an H200.
 """
 from __future__ import annotations
 
@@ -65,20 +66,48 @@ class PrefixCachingKV(BlockManager):
 
 # --8<-- [start:attention]
 def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                            block_table: list[int], ctx: int) -> torch.Tensor:
+                            block_table: list[int], ctx: int, slots: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of n queries [n, heads, d], the LAST n positions of a context of ctx tokens (a prefill
     chunk), over a paged cache [num_blocks, block_size, kv_heads, d]: gather the rows the block table
-    names, as a varlen kernel with a block table reads them, then a causal softmax."""
+    names, as a varlen kernel with a block table reads them, then a causal softmax. `slots`: those rows,
+    if the caller already computed them (on the cache's device)."""
     n, heads, d = q.shape
     bs, kv_heads = k_cache.shape[1], k_cache.shape[2]
-    slots = (torch.tensor(block_table)[:, None] * bs + torch.arange(bs)).flatten()[:ctx]
+    if slots is None:
+        slots = context_slots(block_table, bs, ctx).to(k_cache.device)
     k = k_cache.view(-1, kv_heads, d)[slots].repeat_interleave(heads // kv_heads, dim=1)  # [ctx, heads, d]
     v = v_cache.view(-1, kv_heads, d)[slots].repeat_interleave(heads // kv_heads, dim=1)
     logits = torch.einsum("qhd,khd->hqk", q, k) * d**-0.5
-    future = torch.arange(ctx)[None, :] > torch.arange(ctx - n, ctx)[:, None]  # key after the query
+    ar = torch.arange(ctx, device=q.device)
+    future = ar[None, :] > ar[ctx - n:, None]  # key after the query
     probs = logits.masked_fill(future, float("-inf")).softmax(-1)
     return torch.einsum("hqk,khd->qhd", probs, v)
+
+
+def context_slots(block_table: list[int], block_size: int, ctx: int) -> torch.Tensor:
+    """Flat cache rows of the first ctx tokens of a sequence, in order (CPU)."""
+    return (torch.tensor(block_table)[:, None] * block_size + torch.arange(block_size)).flatten()[:ctx]
 # --8<-- [end:attention]
+
+
+def batched_attention_plan(seqs, block_size: int, device) -> tuple[torch.Tensor, ...]:
+    """The gathers of one padded attention call for the whole step (attention="batched"), built once per
+    forward on the CPU and copied to the device: kv_idx [B, L] cache rows of each context (padded with 0),
+    q_idx [B, nmax] rows of each request's queries (padded), mask [B, nmax, L] (key valid and not after the
+    query), keep [T] the flat positions of the real query rows in [B * nmax], in the step's row order."""
+    ctx = torch.tensor([c for _, _, _, c in seqs])
+    n = torch.tensor([k for _, k, _, _ in seqs])
+    start = torch.tensor([s for s, _, _, _ in seqs])
+    kv_idx = torch.nn.utils.rnn.pad_sequence([context_slots(t, block_size, c) for _, _, t, c in seqs],
+                                             batch_first=True)
+    L, nmax = kv_idx.shape[1], int(n.max())
+    j = torch.arange(nmax)
+    q_idx = start[:, None] + torch.minimum(j[None, :], n[:, None] - 1)  # padding repeats the last row
+    qpos = (ctx - n)[:, None] + j[None, :]
+    key = torch.arange(L)
+    mask = (key[None, None, :] < ctx[:, None, None]) & (key[None, None, :] <= qpos[:, :, None])
+    keep = (j[None, :] < n[:, None]).flatten().nonzero().flatten()
+    return tuple(t.to(device) for t in (kv_idx, q_idx, mask, keep))
 
 
 # --8<-- [start:model]
@@ -87,18 +116,22 @@ class PagedLlama:
     decode tokens alike) go through the linear layers together; only attention is per request, over its
     own block table. Weights are the transformers model's own tensors; KV lives in our paged caches."""
 
-    def __init__(self, hf_model, num_blocks: int, block_size: int):
+    def __init__(self, hf_model, num_blocks: int, block_size: int, device=None, dtype=None,
+                 attention: str = "per_request"):
         c = hf_model.config
-        self.w = {k: v.detach() for k, v in hf_model.state_dict().items()}
-        self.w["lm_head.weight"] = hf_model.get_output_embeddings().weight.detach()
+        dev = torch.device(device) if device is not None else hf_model.get_input_embeddings().weight.device
+        dt = dtype or hf_model.get_input_embeddings().weight.dtype
+        self.device, self.block_size, self.attention = dev, block_size, attention
+        assert attention in ("per_request", "batched"), attention
+        self.w = {k: v.detach().to(dev, dt) for k, v in hf_model.state_dict().items()}  # no copy if already there
+        self.w["lm_head.weight"] = hf_model.get_output_embeddings().weight.detach().to(dev, dt)
         self.layers, self.heads, self.kv_heads = c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads
         self.d = getattr(c, "head_dim", None) or c.hidden_size // self.heads
         self.eps = c.rms_norm_eps
-        self.inv_freq = hf_model.model.rotary_emb.inv_freq.float()  # RoPE angles in float32, as transformers
-        dt = self.w["model.embed_tokens.weight"].dtype
+        self.inv_freq = hf_model.model.rotary_emb.inv_freq.float().to(dev)  # RoPE angles in float32, as transformers
         shape = (num_blocks, block_size, self.kv_heads, self.d)
-        self.k_cache = [torch.zeros(shape, dtype=dt) for _ in range(self.layers)]
-        self.v_cache = [torch.zeros(shape, dtype=dt) for _ in range(self.layers)]
+        self.k_cache = [torch.zeros(shape, dtype=dt, device=dev) for _ in range(self.layers)]
+        self.v_cache = [torch.zeros(shape, dtype=dt, device=dev) for _ in range(self.layers)]
 
     def rms(self, x, weight):  # LlamaRMSNorm: normalise in float32, scale in the model's dtype
         x32 = x.float()
@@ -116,9 +149,15 @@ class PagedLlama:
         """ids, pos, slots [T]: every token of the step, its position and the flat cache slot its KV goes
         to (-1: already in the cache). seqs: per request (first row, rows, block table, context length
         after this step). Returns the logits of each request's last row, [len(seqs), vocab]."""
-        w, T, H, KV, d = self.w, len(ids), self.heads, self.kv_heads, self.d
+        w, T, H, KV, d, dev = self.w, len(ids), self.heads, self.kv_heads, self.d, self.device
+        widx = (slots >= 0).nonzero().flatten()  # rows whose KV is written; index on the host, copy once
+        ids, pos, dst, widx = (t.to(dev) for t in (ids, pos, slots[widx], widx))
+        if self.attention == "batched":
+            kv_idx, q_idx, amask, keep = batched_attention_plan(seqs, self.block_size, dev)
+        else:
+            ctx_slots = torch.cat([context_slots(t, self.block_size, c) for _, _, t, c in seqs]).to(dev)
+            ctx_slots = ctx_slots.split([c for _, _, _, c in seqs])
         x = w["model.embed_tokens.weight"][ids]
-        write = slots >= 0
         for l in range(self.layers):
             p = f"model.layers.{l}."
             h = self.rms(x, w[p + "input_layernorm.weight"])
@@ -126,19 +165,26 @@ class PagedLlama:
             k = self.rope(F.linear(h, w[p + "self_attn.k_proj.weight"]).view(T, KV, d), pos)
             v = F.linear(h, w[p + "self_attn.v_proj.weight"]).view(T, KV, d)
             kc, vc = self.k_cache[l], self.v_cache[l]
-            kc.view(-1, KV, d)[slots[write]] = k[write]  # reshape_and_cache: all KV of the step first
-            vc.view(-1, KV, d)[slots[write]] = v[write]
-            out = torch.empty_like(q)
-            for start, n, table, ctx in seqs:
-                if n == 1:  # decode: one query, the PagedAttention loop over blocks
-                    out[start] = paged_attention(q[start], kc, vc, table, ctx)
-                else:  # prefill chunk: n queries, causal over the gathered context
-                    out[start:start + n] = paged_prefill_attention(q[start:start + n], kc, vc, table, ctx)
+            kc.view(-1, KV, d)[dst] = k[widx]  # reshape_and_cache: all KV of the step first
+            vc.view(-1, KV, d)[dst] = v[widx]
+            if self.attention == "batched":  # one padded SDPA call for every request of the step
+                g = H // KV
+                kb = kc.view(-1, KV, d)[kv_idx].repeat_interleave(g, dim=2).transpose(1, 2)  # [B, H, L, d]
+                vb = vc.view(-1, KV, d)[kv_idx].repeat_interleave(g, dim=2).transpose(1, 2)
+                o = F.scaled_dot_product_attention(q[q_idx].transpose(1, 2), kb, vb, attn_mask=amask[:, None])
+                out = o.transpose(1, 2).reshape(-1, H, d)[keep]  # [T, H, d], the step's row order
+            else:
+                out = torch.empty_like(q)
+                for (start, n, table, ctx), cs in zip(seqs, ctx_slots):
+                    if n == 1 and dev.type == "cpu":  # decode: one query, the PagedAttention loop over blocks
+                        out[start] = paged_attention(q[start], kc, vc, table, ctx)
+                    else:  # prefill chunk (or decode on a GPU): n queries, causal over the gathered context
+                        out[start:start + n] = paged_prefill_attention(q[start:start + n], kc, vc, table, ctx, cs)
             x = x + F.linear(out.reshape(T, H * d), w[p + "self_attn.o_proj.weight"])
             h = self.rms(x, w[p + "post_attention_layernorm.weight"])
             gate, up = F.linear(h, w[p + "mlp.gate_proj.weight"]), F.linear(h, w[p + "mlp.up_proj.weight"])
             x = x + F.linear(F.silu(gate) * up, w[p + "mlp.down_proj.weight"])
-        last = torch.tensor([start + n - 1 for start, n, _, _ in seqs])
+        last = torch.tensor([start + n - 1 for start, n, _, _ in seqs], device=dev)
         return F.linear(self.rms(x[last], w["model.norm.weight"]), w["lm_head.weight"])
 # --8<-- [end:model]
 
@@ -177,9 +223,10 @@ def stack_states(states: list[BatchState]) -> BatchState:
 
 class MiniEngine:
     def __init__(self, hf_model, num_blocks: int = 64, block_size: int = 4, max_num_batched_tokens: int = 64,
-                 max_num_seqs: int = 16, eos_token_id: int | None = None):
+                 max_num_seqs: int = 16, eos_token_id: int | None = None, device=None, dtype=None,
+                 attention: str = "per_request"):
         self.kv = PrefixCachingKV(num_blocks, block_size)
-        self.model = PagedLlama(hf_model, num_blocks, block_size)
+        self.model = PagedLlama(hf_model, num_blocks, block_size, device, dtype, attention)
         self.vocab = hf_model.config.vocab_size
         self.budget, self.max_num_seqs, self.eos = max_num_batched_tokens, max_num_seqs, eos_token_id
         self.waiting: deque[Request] = deque()
@@ -272,7 +319,8 @@ class MiniEngine:
         if any(r.allowed for _, r in done):  # structured output: mask rows before the sampler
             allowed = torch.stack([r.allowed(r.output) if r.allowed else torch.ones(self.vocab, dtype=torch.bool)
                                    for _, r in done])
-        tokens, _ = sample(logits[rows].float(), stack_states([r.state for _, r in done]), allowed)
+        tokens, _ = sample(logits[rows.to(logits.device)].float().cpu(),  # the sampler runs on the CPU
+                           stack_states([r.state for _, r in done]), allowed)
         for (_, r), t in zip(done, tokens.tolist()):
             r.state.record(torch.tensor([t]))
             r.output.append(t)
