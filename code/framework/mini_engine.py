@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from block_manager import BlockManager, OutOfBlocks, block_hash, paged_attention
-from sampler import BatchState, SamplingParams, sample
+from sampler import EPS, BatchState, SamplingParams, sample
 
 
 # --8<-- [start:cache]
@@ -208,6 +208,12 @@ class Request:
         return self.prompt + self.output
 
 
+def _plain_greedy(sp: SamplingParams) -> bool:
+    """Greedy with no penalty: the token is the argmax of the raw logits (what sample() would pick)."""
+    return (sp.temperature < EPS and sp.repetition_penalty == 1.0 and sp.presence_penalty == 0.0
+            and sp.frequency_penalty == 0.0 and sp.n == 1)
+
+
 def stack_states(states: list[BatchState]) -> BatchState:
     """One BatchState for the rows sampled this step, from each request's own one-row state: tensors
     are concatenated, generators are shared objects, so a seeded stream continues across steps."""
@@ -319,8 +325,13 @@ class MiniEngine:
         if any(r.allowed for _, r in done):  # structured output: mask rows before the sampler
             allowed = torch.stack([r.allowed(r.output) if r.allowed else torch.ones(self.vocab, dtype=torch.bool)
                                    for _, r in done])
-        tokens, _ = sample(logits[rows.to(logits.device)].float().cpu(),  # the sampler runs on the CPU
-                           stack_states([r.state for _, r in done]), allowed)
+        if allowed is None and all(_plain_greedy(r.params) for _, r in done):
+            # vLLM's all-greedy shortcut: no temperature, penalty or mask changes the argmax of the raw
+            # logits, so take it where the logits are (one small copy instead of [R, V] to the host)
+            tokens = logits[rows.to(logits.device)].float().argmax(-1).cpu()
+        else:
+            tokens, _ = sample(logits[rows.to(logits.device)].float().cpu(),  # the sampler runs on the CPU
+                               stack_states([r.state for _, r in done]), allowed)
         for (_, r), t in zip(done, tokens.tolist()):
             r.state.record(torch.tensor([t]))
             r.output.append(t)
