@@ -123,7 +123,8 @@ def main(argv: list[str]) -> int:
         for n in args.sizes:
             results += measure(torch, do_bench, lib, names, n)
     prov = provenance(torch, [])
-    prov["command"] = "python -m bench.hopper_gemm" + "".join(f" {a}" for a in argv if not a.startswith("--out"))
+    shown = ["--sizes", *map(str, args.sizes)]  # the output folder is not part of the provenance
+    prov["command"] = "python -m bench.hopper_gemm " + " ".join(shown)
     record = {"schema": SCHEMA_VERSION, "lab": "operator/hopper-gemm", "title": "Hopper 上手写的 bf16 GEMM（TMA、wgmma、warp 专门化、持久化）",
               "metric": "tflops", "rung_labels": {r: RUNG_LABELS.get(r, r) for r in dict.fromkeys(x["rung"] for x in results)},
               "timing": _timing(), "results": results, "blocks_per_sm": blocks,
