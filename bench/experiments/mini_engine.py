@@ -31,7 +31,7 @@ CONCURRENCY = [1, 4, 16, 64]
 REQUESTS = {1: 4, 4: 12, 16: 32, 64: 96}  # requests per load: every load runs several "generations" of requests
 GPU_WORKLOAD = dict(prompt_median=192, prompt_sigma=0.6, prompt_range=(16, 768), out_median=64, out_sigma=0.5,
                     out_range=(8, 192), shared_len=256, shared_frac=0.5)
-TIME_BUDGET_S = 300  # loads not started by then are recorded as skipped: the whole run stays under 6 minutes
+TIME_BUDGET_S = 240  # loads not started by then are recorded as skipped: the whole run stays under 5 minutes
 
 
 def _engine_mod():
