@@ -39,7 +39,7 @@ def balanced_ids(tokens, experts, k, gen):
 
 
 def zipf_ids(tokens, experts, k, gen, s=0.5):
-    """k distinct experts per token, expert e drawn with probability proportional to (e+1)^-s (a skewed router)."""
+    """k distinct experts per token, drawn without replacement; each draw weights expert e by (e+1)^-s (a skewed router)."""
     dev = gen.device
     p = torch.arange(1, experts + 1, device=dev, dtype=torch.float64) ** -s
     return torch.multinomial(p.float().expand(tokens, experts), k, replacement=False, generator=gen).to(torch.int32)
@@ -146,7 +146,8 @@ def _grouped_gemm_kernel(a_ptr, b_ptr, c_ptr, w_ptr, sorted_ids_ptr, block_exper
 
 
 def pick_blocks(tokens, experts, k):
-    """Tile sizes after vLLM's defaults: small BLOCK_M when each expert gets few rows (decode), else 64."""
+    """Tile sizes in the spirit of vLLM's defaults (vLLM switches on T <= E, this on <= 32 rows per expert on average):
+    small BLOCK_M when each expert gets few rows (decode), else 64."""
     if tokens * k <= 32 * experts:
         return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=64, GROUP_M=1)
     return dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=8)
