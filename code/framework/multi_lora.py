@@ -64,6 +64,8 @@ def sgmv_kernel(x_ptr, w_ptr, out_ptr, tok_ptr, seg_start_ptr, seg_len_ptr, seg_
         n_lim = tl.load(rank_ptr + adapter)
     elif RANK_DIM == 2:
         k_lim = tl.load(rank_ptr + adapter)
+    if pid_n * BLOCK_N >= n_lim:
+        return  # shrink: a column block wholly past this adapter's rank has nothing to compute
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     m_mask = offs_m < length  # programs past the end of a short segment do nothing
     rows = tl.load(tok_ptr + start + offs_m, mask=m_mask, other=0).to(tl.int64)  # the gather
