@@ -35,7 +35,7 @@ POINTS = [
     ("host", 128, 128, 8, 3, False, False),   # d=128: 224 KiB of shared memory (Triton 3.9), near the limit
     ("pointer", 128, 64, 4, 3, False, False),  # same tiles with plain loads: what TMA buys
     ("pointer", 128, 128, 8, 2, False, False),
-    ("host", 128, 64, 4, 3, False, True),      # next QK^T issued before this softmax (FA3 §3.2)
+    ("host", 128, 64, 4, 3, False, True),      # next QK^T issued before this softmax (after FA3 §3.2)
     ("host", 128, 128, 8, 2, False, True),
     ("host", 128, 64, 8, 3, False, True),
     ("host", 128, 64, 4, 4, False, False),     # one more pipeline stage

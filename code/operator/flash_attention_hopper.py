@@ -10,8 +10,9 @@ measure what it buys:
 - ``exp2`` with the softmax scale folded into ``log2(e)/sqrt(d)``;
 - ``REVERSE``: causal query blocks launched longest first (the last block of a head has the most
   key blocks), so the short ones fill the tail of the wave;
-- ``PIPELINE``: FA3's intra-warpgroup overlap, written into the loop: the next block's QK^T is issued
-  before this block's softmax, so a GEMM is in flight while exp2 runs;
+- ``PIPELINE``: a variant of FA3's intra-warpgroup overlap (§3.2), written into the loop: the next block's
+  QK^T is issued before this block's softmax, so a GEMM is in flight while exp2 runs (FA3's Algorithm 2
+  pairs differently: the softmax of block j+1 runs while the PV GEMM of block j is in flight);
 - ``WARP_SPECIALIZE``: ``tl.range(..., warp_specialize=True)`` on the key loop (producer/consumer
   warp groups; whether Triton's sm_90 pipeline accepts it is what the sweep records);
 - BLOCK_M, BLOCK_N, num_warps and num_stages from a config, not autotuned.
@@ -121,8 +122,8 @@ def _pipelined_body(acc, l_i, m_i, q, desc_k, desc_v, K, V, kv_row0, offs_n, off
 def _fwd_stage_pipelined(acc, l_i, m_i, q, desc_k, desc_v, K, V, kv_row0, offs_n, offs_d, lo, hi, qk_scale,
                          HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, USE_DESC: tl.constexpr,
                          MAY_BE_EMPTY: tl.constexpr):
-    """Unmasked blocks [lo, hi) with FA3's intra-warpgroup overlap: S_{j+1} = Q K_{j+1}^T is issued before the
-    softmax of S_j, so the tensor cores have a GEMM in flight while the exp2 of the previous block runs.
+    """Unmasked blocks [lo, hi) with a variant of FA3's intra-warpgroup overlap: S_{j+1} = Q K_{j+1}^T is issued
+    before the softmax of S_j, so the tensor cores have a GEMM in flight while the exp2 of the previous block runs.
     MAY_BE_EMPTY (causal, first query block): guard the prologue, which loads one block unconditionally."""
     if MAY_BE_EMPTY:
         if hi > lo:
@@ -222,7 +223,7 @@ def flash_attention_hopper(q, k, v, causal, block_m=128, block_n=64, num_warps=4
                            reverse=False, warp_specialize=False, pipeline=False, out=None, lse=None):
     """q, k, v: [B, H, N, d] contiguous fp16/bf16, N a multiple of block_m, block_m a multiple of block_n.
     Returns (O, logsumexp). desc: "host" / "device" tensor descriptors (TMA on sm_90) or "pointer" loads;
-    pipeline: issue the next block's QK^T before this block's softmax (FA3 §3.2), unmasked blocks only."""
+    pipeline: issue the next block's QK^T before this block's softmax (after FA3 §3.2), unmasked blocks only."""
     B, H, N, D = q.shape
     assert desc in DESC_MODES, desc
     assert q.shape == k.shape == v.shape and all(t.is_contiguous() for t in (q, k, v)), "need contiguous [B,H,N,d]"
