@@ -125,7 +125,9 @@ def run_cuda(path: Path, arch: str, timeout: int) -> dict:
     if nvcc is None:
         return {"item": item, "ok": False, "seconds": 0, "tail": "nvcc not found on this machine"}
     needs = cuda_archs(path)
-    if needs and _arch_number(arch) < min(_arch_number(a) for a in needs):
+    # an arch-specific target (sm_90a) runs only on that GPU: a newer one has no wgmma/setmaxnreg
+    specific_only = bool(needs) and all(a.endswith("a") for a in needs) and build_arch(path, arch) not in needs
+    if needs and (_arch_number(arch) < min(_arch_number(a) for a in needs) or specific_only):
         return {"item": item, "ok": False, "not_run": True, "seconds": 0,
                 "tail": f"needs {' or '.join(needs)} (its `// nvcc-arch:` line); this GPU is {arch}"}
     t0 = time.perf_counter()

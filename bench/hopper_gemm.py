@@ -1,7 +1,7 @@
 """`python -m bench.hopper_gemm [--sizes 4096 8192] [--out DIR]`: the hand-written Hopper GEMM against cuBLAS.
 
 Builds code/operator/hopper-gemm.cu as a shared library (nvcc -arch=sm_90a -DHOPPER_GEMM_LIBRARY), calls
-its four rungs through ctypes on PyTorch's current stream, and times them with `triton.testing.do_bench`
+its five rungs through ctypes on PyTorch's current stream, and times them with `triton.testing.do_bench`
 in the same process as `torch.matmul` (cuBLAS) on the same bf16 tensors: the comparison the page quotes.
 Every rung is first checked on a NaN-poisoned output against a float32 reference with the bound
 K·2⁻²³·Σ|a||b| + 2⁻⁸|c| (accumulation, then the bf16 rounding of the output). The record goes to

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from bench.gpu_check import build_arch, cuda_archs, cuda_builds
+from bench.gpu_check import build_arch, cuda_archs, cuda_builds, run_cuda
 from conftest import ROOT
 
 SOURCES = sorted((ROOT / "code").rglob("*.cu"))
@@ -65,3 +65,13 @@ def test_cuda_listings_exist_and_are_embedded():
     assert SOURCES
     page = (ROOT / "docs" / "operator" / "index.md").read_text(encoding="utf-8")
     assert '--8<-- "code/operator/vector-add.cu:kernel"' in page
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed on this machine")
+def test_an_arch_specific_listing_is_not_run_on_another_gpu():
+    """hopper-gemm.cu names only sm_90a: on a newer GPU (no wgmma, no setmaxnreg) gpu-check says why and
+    does not build it, and on an older one too; only on sm_90 is it built, as sm_90a."""
+    listing = ROOT / "code" / "operator" / "hopper-gemm.cu"
+    for arch in ("sm_100", "sm_80"):
+        res = run_cuda(listing, arch, timeout=60)
+        assert res.get("not_run") and "sm_90a" in res["tail"] and arch in res["tail"]

@@ -423,7 +423,7 @@ extern "C" int hopper_gemm(int rung, const void* A, const void* B, void* C, int 
 }
 #else
 // 检查一级：与 fp32 参考逐元素比较。exact 为真时输入是小整数，fp32 累加没有舍入，结果必须逐位相等；
-// 否则容差 = K·2⁻²³·Σ|a||b|（累加，留两倍余量）+ 2⁻⁸|c|（输出舍入成 bf16）。
+// 否则容差 = K·2⁻²³·Σ|a||b|（K 项 fp32 累加的舍入上界 K·2⁻²⁴·Σ，kernel 与参考各一份）+ 2⁻⁸|c|（输出舍入成 bf16）。
 static bool check_rung(int rung, int M, int N, int K, bool exact, std::mt19937& rng) {
   std::vector<bf16> ha(static_cast<size_t>(M) * K), hb(static_cast<size_t>(N) * K);
   std::uniform_int_distribution<int> small(-3, 3);
