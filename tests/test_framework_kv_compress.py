@@ -127,7 +127,7 @@ def test_quantisation_error_within_half_step(bits, axis):
 
 def test_stored_bytes_equal_formula():
     store = {}
-    k = torch.randn(1, 2, 64, 32)
+    k = torch.randn(1, 2, 64, 32, generator=torch.Generator().manual_seed(2))
     q = kc.make_quant(4, 4, "channel", "token", group=16, store=store)
     q(k, "k"), q(k, "v")
     assert store["k"] + store["v"] == kc.quant_bytes(64, 2, 32, 4, 4, "channel", "token", group=16)
@@ -136,7 +136,10 @@ def test_stored_bytes_equal_formula():
     assert kc.quant_bytes(1, 1, 128, 4, 4, "token", "token") == 2 * (64 + 8)
     y, nbytes = kc.fp8_roundtrip(k)
     assert nbytes == k.numel() + 4
-    assert ((y - k).abs() <= k.abs() * 2 ** -4 + 1e-6).all()  # e4m3: 3 mantissa bits, relative step 2^-3, half of it
+    # e4m3: 3 mantissa bits, so half a step is 2^-4 of the value for normals; subnormals (below 2^-6 x scale)
+    # have a fixed step of 2^-9 x scale, half of it 2^-10 x scale
+    scale = k.abs().amax() / 448
+    assert ((y - k).abs() <= k.abs() * 2 ** -4 + scale * 2 ** -10 + 1e-7).all()
 
 
 def test_llama3_8b_bytes_per_token_quoted_on_the_page():

@@ -271,7 +271,8 @@ def dequantize(qz: Quantized, axis: str, shape: tuple) -> torch.Tensor:
 
 
 def fp8_roundtrip(x: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """vLLM-style fp8 (e4m3) KV: one float32 scale per tensor (amax / 448). Returns (dequantised, bytes)."""
+    """fp8 (e4m3) KV with one float32 scale per tensor, as vLLM's per-tensor scheme; here the scale is
+    amax / 448 (the e4m3 maximum), vLLM's own calibration picks it differently. Returns (dequantised, bytes)."""
     scale = x.abs().amax().clamp_min(1e-8) / torch.finfo(torch.float8_e4m3fn).max
     stored = (x / scale).to(torch.float8_e4m3fn)
     return stored.to(x.dtype) * scale, stored.numel() * stored.element_size() + 4
@@ -293,7 +294,9 @@ def quant_bytes(T: int, heads: int, dh: int, bits_k: int, bits_v: int, axis_k: s
 # --8<-- [end:bytes]
 
 
-QUANT_SCHEMES = {  # name: (bits K, bits V, axis K, axis V)
+QUANT_SCHEMES = {  # name: (bits K, bits V, axis K, axis V); "KIVI" = KIVI's axes (K per channel, V per token),
+    # with V grouped over the whole head; the KIVI code also splits V into groups of `group` channels,
+    # keeps the most recent tokens unquantised and stores scale and zero in fp16.
     "int8 per-token": (8, 8, "token", "token"),
     "int4 per-token": (4, 4, "token", "token"),
     "int4 KIVI": (4, 4, "channel", "token"),
