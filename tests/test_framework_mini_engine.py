@@ -147,3 +147,36 @@ def test_prefill_attention_matches_decode_kernel():
     got = me.paged_prefill_attention(q, k, v, table, ctx)
     for i in range(5):
         assert torch.allclose(got[i], me.paged_attention(q[i], k, v, table, ctx - 4 + i), atol=1e-12)
+
+
+@pytest.mark.parametrize("blocks, budget", [(14, 64), (96, 6)])
+def test_batched_attention_path(model, blocks, budget):
+    """attention="batched" (one padded SDPA call per layer, the GPU experiment's second path) gives the same
+    greedy tokens as generate() under preemption and under chunked prefill mixed with decode rows."""
+    reqs = workload()
+    eng = me.MiniEngine(model, num_blocks=blocks, block_size=BS, max_num_batched_tokens=budget, attention="batched")
+    out = eng.run(reqs)
+    assert eng.stats["preemptions"] > 0 if blocks == 14 else eng.stats["mixed_steps"] > 0
+    for r in reqs:
+        assert out[r.rid] == reference(model, r), r.rid
+
+
+def test_plain_greedy_shortcut_is_what_sample_picks():
+    """The step's shortcut (argmax of the raw logits when every row is plain greedy) picks what sample() picks,
+    ties included: bf16 logits cast to float32 tie often, and both take the first maximal index."""
+    from sampler import BatchState, sample
+
+    g = torch.Generator().manual_seed(4)
+    logits = (torch.randn(6, V, generator=g) * 4).to(torch.bfloat16)
+    logits[0, [7, 50, 199]] = logits[0].max() + 1  # an exact three-way tie for the top
+    logits[1, [3, 4]] = float("inf")
+    prompts = [torch.randint(1, V, (5,), generator=g).tolist() for _ in range(6)]
+    params = [SamplingParams(temperature=0.0, top_k=5, top_p=0.5, min_p=0.2, seed=s)
+              for s in (None, 1, None, 2, 3, None)]
+    assert all(me._plain_greedy(sp) for sp in params)
+    st = BatchState(list(zip(prompts, params)), V)
+    st.record(torch.tensor([7, 3, 9, 9, 0, 1]))  # output counts: neutral penalties must ignore them
+    want, _ = sample(logits.float(), st)
+    assert torch.equal(logits.float().argmax(-1), want)
+    assert want[0] == 7 and want[1] == 3
+    assert not me._plain_greedy(SamplingParams(temperature=0.0, repetition_penalty=1.1))

@@ -2,7 +2,7 @@
 against transformers' generate() with static padded batches on the same model, and where one step's time goes.
 
 Model: a Llama-shaped decoder built from a transformers config with random weights (no download): hidden 2048,
-16 layers, 16 query / 8 KV heads, vocabulary 32000, bf16 (0.97 B parameters). Workload: prompt and output lengths
+16 layers, 16 query / 8 KV heads, vocabulary 32000, bf16 (0.89 B parameters). Workload: prompt and output lengths
 from a fixed-seed log-normal distribution, half of the requests starting with the same 256-token system prompt
 (the prefix cache hits it). Loads: closed-loop concurrency 1, 4, 16, 64 (a new request enters as soon as one
 finishes), for both attention paths of the engine (one call per request, or one padded SDPA call per layer).
@@ -141,7 +141,7 @@ def closed_loop(torch, me, model, specs, concurrency: int, attention: str, devic
             eng.add_request(r)
             active[r.rid], t_in[r.rid] = r, time.perf_counter()
         before = eng.stats["forward_tokens"]
-        eng.step()  # ends on the host: the logits are copied to the CPU for the sampler
+        eng.step()  # ends on the host: the tokens (or, off the all-greedy path, the logits) go to the CPU
         now = time.perf_counter()
         if eng.stats["forward_tokens"] > before:
             nonempty += 1
@@ -316,7 +316,8 @@ def measure(torch, shape: dict, device: str, dtype, check_dtype, concurrency=CON
     return {"model": {"config": dict(shape), "params": params, "dtype": str(dtype).replace("torch.", ""),
                       "weights": "random (transformers LlamaForCausalLM from a config, seed 0)"},
             "engine": {"block_size": block_size, "max_num_batched_tokens": budget,
-                       "sampler": "sampler.py on the host (logits copied to the CPU each step)",
+                       "sampler": "all-greedy steps: argmax on the device, tokens copied to the host; "
+                                  "otherwise sampler.py on the host (logits copied to the CPU)",
                        "attention": {"per_request": "one gather + einsum softmax call per request per layer",
                                      "batched": "one padded gather + scaled_dot_product_attention per layer"}},
             "workload": {k: (list(v) if isinstance(v, tuple) else v) for k, v in workload_kw.items()},
@@ -324,7 +325,8 @@ def measure(torch, shape: dict, device: str, dtype, check_dtype, concurrency=CON
             "bf16_greedy_agreement": agree,
             "loads": loads, "skipped": skipped, "generate": baseline, "breakdown": breakdown,
             "timing": "wall clock (time.perf_counter) per request from entry into the engine; closed loop: a new "
-                      "request enters when one finishes; every step ends on the host (sampler on the CPU)"}
+                      "request enters when one finishes; every step ends on the host (the sampled tokens are copied "
+                      "to the CPU)"}
 
 
 def run(torch) -> dict:

@@ -4,9 +4,10 @@ Real model arithmetic (a Llama-style decoder whose weights are read from a `tran
 own paged KV cache (block tables and chained-hash prefix caching from block_manager.py), a token-budget
 scheduler with chunked prefill and preemption by recomputation (the rules of vLLM V1's scheduler), paged
 attention over block tables, the batched sampler of sampler.py and an optional per-request token mask
-(the hook structured output uses). Torch only; CPU by default, or on a GPU with `device=` (the sampler stays on
-the CPU). tests/test_framework_mini_engine.py asserts that every request gets exactly the tokens `generate()`
-gives it when it runs alone; bench/experiments/mini_engine.py measures it on an H200.
+(the hook structured output uses). Torch only; CPU by default, or on a GPU with `device=` (sampler.py stays on
+the CPU; a step whose rows are all plain greedy takes the argmax on the device instead).
+tests/test_framework_mini_engine.py asserts that every request gets exactly the tokens `generate()` gives it
+when it runs alone; bench/experiments/mini_engine.py measures it on an H200.
 """
 from __future__ import annotations
 
