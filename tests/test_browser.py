@@ -76,7 +76,7 @@ SEARCHES = [
     ("Welford", "operator/layernorm/", 3),
     ("PCIe", "hardware/interconnect/", 3),
     ("Amdahl", "hardware/", 3),
-    ("torch.compile", "compiler/", 3),
+    ("torch.compile", ("compiler/", "compiler/torch-compile/"), 3),  # the chapter, or its torch.compile page
     ("Megatron", "framework/tensor-parallel/", 3),
     ("反向传播", "algorithm/backprop/", 3),
     ("RoPE", ("algorithm/positional-encoding/", "operator/llm-kernels/"), 3),  # the idea, or its kernel
