@@ -162,7 +162,7 @@ def worker_hang(rank, world, log_dir, culprit, timeout_s):
         try:
             for step in range(1, 5):
                 if rank == culprit and step == 3 and scenario == "stuck":
-                    time.sleep(timeout_s + 0.5)        # never enters #5 while the others wait there
+                    time.sleep(timeout_s + 1.0)        # never enters #5 while the others wait there
                     break
                 if rank == culprit and step == 3 and scenario == "desync":   # "my gradients are bad:
                     log.call("broadcast(grads)", dist.broadcast, grads, 0, group=pg)  # take rank 0's"
